@@ -1,0 +1,37 @@
+# Quick start: `make demo` and `make test` on a fresh machine; both create .venv themselves.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test install build lint bench conformance clean
+
+$(STAMP): pyproject.toml setup.py csrc/neuron_core.cpp
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip setuptools wheel
+	# torch first, from the CPU wheel, so nothing pulls a CUDA build
+	$(PIP) install -q torch==2.13.0
+	# no build isolation: the C++ core builds against the torch installed above
+	$(PIP) install -q --no-build-isolation -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+build: $(STAMP)
+	$(PY) setup.py -q build_ext --inplace
+
+demo: $(STAMP)
+	$(PY) -m torchneuron.demo
+
+test: $(STAMP)
+	$(PY) -m pytest tests
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check torchneuron tests benchmarks
+
+bench: $(STAMP)
+	$(PY) benchmarks/eager_overhead.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info torchneuron/_core*.so

@@ -1,0 +1,57 @@
+"""torchneuron: a native PyTorch device, "neuron", that runs ATen ops as XLA through JAX/PJRT.
+
+    import torch, torchneuron
+    x = torch.randn(4, 4).to("neuron")
+    y = (x @ x.T).relu().sum()
+
+Importing registers the device (PrivateUse1 renamed "neuron", the C++ core, the device
+module `torch.neuron`, the eager kernels); with the package installed, `import torch` alone
+does it through the `torch.backends` entry point.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import config
+from .runtime import devices  # configures JAX before anything else touches it
+
+__all__ = ["fallback_stats", "ENVIRONMENT"]
+ENVIRONMENT = config.ENVIRONMENT
+_registered = False
+
+
+def _register() -> None:
+    global _registered
+    if _registered:
+        return
+    _registered = True
+    if torch._C._get_privateuse1_backend_name() != "neuron":
+        torch.utils.rename_privateuse1_backend("neuron")
+    from .runtime import synchronize
+    from .runtime.core import lib
+
+    lib.tn_set_device_count(devices.count())
+    for i in range(devices.count()):
+        lib.tn_set_memory_limit(i, devices.default_memory_limit(i))
+    synchronize.install()
+
+    from . import device_module
+
+    torch._register_device_module("neuron", device_module.build())
+    torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
+
+    from .eager import kernels
+    from .lowering import load_all
+
+    load_all()
+    kernels.register_all()
+
+
+def _autoload() -> None:
+    """Entry point of the `torch.backends` group: `import torch` registers neuron."""
+    _register()
+
+
+_register()
+
+from .eager.fallback import fallback_stats  # noqa: E402

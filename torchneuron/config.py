@@ -1,0 +1,16 @@
+"""Environment variables, read once at import. One table so they are easy to audit and document."""
+from __future__ import annotations
+
+import os
+
+ENVIRONMENT = {
+    "TORCHNEURON_PLATFORM": "PJRT platform the NeuronCores live on (cpu, cuda, tpu, neuron); default cpu",
+    "TORCHNEURON_CORES": "number of NeuronCores on the cpu platform; default 2",
+    "TORCHNEURON_MEMORY_LIMIT": "bytes each NeuronCore may hold before torch.OutOfMemoryError",
+    "TORCHNEURON_FALLBACK": "'cpu' (default) runs ops without a lowering on CPU, counted; 'error' refuses",
+}
+
+PLATFORM = os.environ.get("TORCHNEURON_PLATFORM", "cpu")
+CORES = int(os.environ.get("TORCHNEURON_CORES", "2"))
+MEMORY_LIMIT = os.environ.get("TORCHNEURON_MEMORY_LIMIT")
+FALLBACK = os.environ.get("TORCHNEURON_FALLBACK", "cpu")

@@ -1,0 +1,208 @@
+"""`torch.neuron`: the device module, declared in one table (API) so it is easy to audit."""
+from __future__ import annotations
+
+import contextlib
+import types
+
+import torch
+
+from . import random as _random
+from .runtime import devices, synchronize as _sync
+
+_initialized = False
+
+
+def is_available() -> bool:
+    return devices.count() > 0
+
+
+def device_count() -> int:
+    return devices.count()
+
+
+def is_initialized() -> bool:
+    return _initialized
+
+
+def _lazy_init() -> None:
+    global _initialized
+    _initialized = True
+
+
+def _is_in_bad_fork() -> bool:
+    return False
+
+
+def current_device() -> int:
+    return torch._C._accelerator_hooks_get_current_device()
+
+
+def set_device(device) -> None:
+    index = _index(device)
+    if index >= 0:
+        torch._C._accelerator_hooks_set_current_device(index)
+
+
+def _index(device) -> int:
+    if isinstance(device, int):
+        return device
+    if isinstance(device, str):
+        device = torch.device(device)
+    if device is None:
+        return current_device()
+    return device.index if device.index is not None else current_device()
+
+
+@contextlib.contextmanager
+def device(device):
+    """Context manager that makes `device` the current NeuronCore."""
+    index = _index(device)
+    previous = torch._C._accelerator_hooks_exchange_device(index)
+    try:
+        yield
+    finally:
+        torch._C._accelerator_hooks_set_current_device(previous)
+
+
+def synchronize(device=None) -> None:
+    """Wait for all work queued on a NeuronCore (all of them if device is None)."""
+    _sync.synchronize(None if device is None else _index(device))
+
+
+# ------------------------------------------------------------------ RNG
+def manual_seed(seed: int) -> None:
+    _random.default_generator(current_device()).manual_seed(int(seed))
+
+
+def manual_seed_all(seed: int) -> None:
+    for i in range(device_count()):
+        _random.default_generator(i).manual_seed(int(seed))
+
+
+def seed() -> None:
+    _random.default_generator(current_device()).seed()
+
+
+def seed_all() -> None:
+    for i in range(device_count()):
+        _random.default_generator(i).seed()
+
+
+def initial_seed() -> int:
+    return _random.default_generator(current_device()).initial_seed()
+
+
+def get_rng_state(device="neuron") -> torch.Tensor:
+    return _random.default_generator(_index(device)).get_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device="neuron") -> None:
+    _random.default_generator(_index(device)).set_state(new_state)
+
+
+def get_rng_state_all() -> list[torch.Tensor]:
+    return [get_rng_state(i) for i in range(device_count())]
+
+
+def set_rng_state_all(states) -> None:
+    for i, s in enumerate(states):
+        set_rng_state(s, i)
+
+
+def get_amp_supported_dtype() -> list[torch.dtype]:
+    return [torch.bfloat16, torch.float16]
+
+
+# -------------------------------------------------------------- streams
+class Stream(torch.Stream):
+    """A neuron stream. Work runs in issue order on each NeuronCore, so streams order work
+    the way CUDA streams do when every stream waits on the one before."""
+
+    def __new__(cls, device=None, priority: int = 0, **kwargs):
+        index = _index(device)
+        return super().__new__(cls, device=torch.device("neuron", index), priority=priority, **kwargs)
+
+
+class Event(torch.Event):
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
+        return super().__new__(cls, device=torch.device("neuron", current_device()),
+                               enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)
+
+
+def current_stream(device=None) -> torch.Stream:
+    return torch.accelerator.current_stream(torch.device("neuron", _index(device)))
+
+
+@contextlib.contextmanager
+def stream(s):
+    """Make `s` the current stream of its device inside the block."""
+    if s is None:
+        yield
+        return
+    previous = torch.accelerator.current_stream(s.device)
+    torch.accelerator.set_stream(s)
+    try:
+        yield
+    finally:
+        torch.accelerator.set_stream(previous)
+
+
+# --------------------------------------------------------------- memory
+def memory_allocated(device=None) -> int:
+    _sync.drain()
+    return torch.accelerator.memory_allocated(torch.device("neuron", _index(device)))
+
+
+def max_memory_allocated(device=None) -> int:
+    return torch.accelerator.max_memory_allocated(torch.device("neuron", _index(device)))
+
+
+def memory_reserved(device=None) -> int:
+    _sync.drain()
+    return torch.accelerator.memory_reserved(torch.device("neuron", _index(device)))
+
+
+def max_memory_reserved(device=None) -> int:
+    return torch.accelerator.max_memory_reserved(torch.device("neuron", _index(device)))
+
+
+def memory_stats(device=None) -> dict:
+    _sync.drain()
+    return torch.accelerator.memory_stats(torch.device("neuron", _index(device)))
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    torch.accelerator.reset_peak_memory_stats(torch.device("neuron", _index(device)))
+
+
+def empty_cache() -> None:
+    _sync.drain()
+
+
+def mem_get_info(device=None) -> tuple[int, int]:
+    return torch.accelerator.get_memory_info(torch.device("neuron", _index(device)))
+
+
+# The public surface, in one place: name -> stability.
+API = {
+    "is_available": "stable", "device_count": "stable", "current_device": "stable", "set_device": "stable",
+    "device": "stable", "is_initialized": "stable", "_is_in_bad_fork": "internal",
+    "_lazy_init": "internal", "synchronize": "stable",
+    "manual_seed": "stable", "manual_seed_all": "stable", "seed": "stable", "seed_all": "stable",
+    "initial_seed": "stable", "get_rng_state": "stable", "set_rng_state": "stable",
+    "get_rng_state_all": "stable", "set_rng_state_all": "stable",
+    "get_amp_supported_dtype": "stable",
+    "Stream": "stable", "Event": "stable", "current_stream": "stable",
+    "stream": "stable",
+    "memory_allocated": "stable", "max_memory_allocated": "stable", "memory_reserved": "stable",
+    "max_memory_reserved": "stable", "memory_stats": "stable", "reset_peak_memory_stats": "stable",
+    "empty_cache": "stable", "mem_get_info": "stable",
+}
+
+
+def build() -> types.ModuleType:
+    module = types.ModuleType("torch.neuron", "The neuron device module (torchneuron).")
+    for name in API:
+        setattr(module, name, globals()[name])
+    module.API = API
+    return module

@@ -1,0 +1,526 @@
+"""Runs one ATen call on neuron: describe the call, find (or build) its plan, execute it.
+
+A plan is built once per call signature (op, tensor layouts, dtypes, which arguments share a
+storage, static arguments). Building it runs the op's meta kernel on meta tensors that share
+storages the way the real arguments do: that yields PyTorch's own errors, result layouts and
+out= resizes. Executing it is one jit-compiled call that reads every input from its storage
+buffer, computes with the lowering, and returns the new buffers of written storages and the
+fresh outputs' buffers.
+"""
+from __future__ import annotations
+
+import threading
+import warnings
+
+import jax
+import jax.numpy as jnp
+import torch
+from torch._prims_common import elementwise_dtypes
+
+from ..lowering import LOWERINGS, Lowering
+from ..runtime import devices, storages
+from ..runtime.dtypes import to_jax
+from .layout import Layout, flatten, read, write
+from .schema import Kind, OpSchema
+
+warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
+NEURON = "privateuseone"
+_lock = threading.RLock()
+
+
+class CallDescription:
+    """The tensors and traced scalars of one call, and its cache key."""
+
+    __slots__ = ("key", "tensors", "scalars", "device")
+
+    def __init__(self):
+        self.key = []
+        self.tensors = []
+        self.scalars = []
+        self.device = None
+
+
+def _device_error(op, a: torch.device, b: torch.device) -> RuntimeError:
+    return RuntimeError(
+        f"Expected all tensors to be on the same device, but found at least two devices, {a} and {b}! "
+        f"(when checking argument for {op})")
+
+
+def _add_tensor(desc: CallDescription, t: torch.Tensor, op) -> None:
+    dev = t.device
+    if dev.type != "neuron":
+        if t.dim() == 0 and dev.type == "cpu":
+            # PyTorch lets 0-dim CPU tensors take part as scalars in device ops.
+            desc.key.append(("cpu", t.dtype))
+            desc.scalars.append(t.item())
+            return
+        if desc.device is not None:
+            raise _device_error(op, desc.device, dev)
+        raise _device_error(op, dev, torch.device("neuron", torch.neuron.current_device()))
+    if desc.device is None:
+        desc.device = dev
+    elif desc.device != dev:
+        raise _device_error(op, desc.device, dev)
+    desc.tensors.append(t)
+    desc.key.append(None)
+
+
+def describe(schema: OpSchema, args, kwargs) -> CallDescription:
+    desc = CallDescription()
+    key = desc.key
+    kinds = schema.kinds
+    for i, value in enumerate(args):
+        _describe_one(desc, kinds[i], value, schema.op)
+    for name, value in kwargs.items():
+        key.append(name)
+        _describe_one(desc, schema.kind_by_name[name], value, schema.op)
+    for t in desc.tensors:
+        handle = t.data_ptr() - t.storage_offset() * t.element_size() if t.numel() else _storage_handle(t)
+        key.append((t.shape, t.stride(), t.storage_offset(), t.dtype, handle))
+    return desc
+
+
+def _storage_handle(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+def _describe_one(desc, kind, value, op) -> None:
+    if kind is Kind.TENSOR:
+        if isinstance(value, torch.Tensor):
+            _add_tensor(desc, value, op)
+        else:
+            desc.key.append(value if value is None else ("py", type(value)))
+            if value is not None:
+                desc.scalars.append(value)
+    elif kind is Kind.TENSORS:
+        desc.key.append(len(value))
+        for v in value:
+            if v is None:
+                desc.key.append(None)
+            else:
+                _add_tensor(desc, v, op)
+    elif kind is Kind.SCALAR:
+        if value is None:
+            desc.key.append(None)
+        elif isinstance(value, torch.Tensor):
+            _add_tensor(desc, value, op)
+        else:
+            desc.key.append(type(value))
+            desc.scalars.append(value)
+    elif kind is Kind.SCALARS:
+        desc.key.append(tuple(type(v) for v in value))
+        desc.scalars.extend(value)
+    else:
+        desc.key.append(value if not isinstance(value, list) else tuple(value))
+
+
+def run(schema: OpSchema, plans: dict, args, kwargs):
+    storages.drain()
+    desc = describe(schema, args, kwargs)
+    buffers = _buffers(desc)
+    key = tuple(desc.key) + tuple((b.dtype, b.shape[0]) for b in buffers)
+    plan = plans.get(key)
+    if plan is None:
+        with _lock:
+            plan = Plan(schema, args, kwargs, desc, buffers)
+        if plan.resize:
+            # out= arguments of the wrong size: resize them as PyTorch does, then run again.
+            plan.apply_resizes(args, kwargs)
+            return run(schema, plans, args, kwargs)
+        plans[key] = plan
+    return plan(args, kwargs, desc, buffers)
+
+
+def _buffers(desc: CallDescription) -> list:
+    """One buffer per distinct storage among the call's tensors, in order of first use."""
+    seen: dict[int, int] = {}
+    out = []
+    for i, t in enumerate(desc.tensors):
+        handle = desc.key[len(desc.key) - len(desc.tensors) + i][4]
+        if handle in seen and handle != 0:
+            continue
+        seen[handle] = len(out)
+        out.append(_buffer_for(t, handle))
+    return out
+
+
+def _buffer_for(t: torch.Tensor, handle: int):
+    buf = storages.buffers.get(handle)
+    if buf is None or buf.shape[0] * buf.dtype.itemsize < t.untyped_storage().nbytes():
+        nbytes = t.untyped_storage().nbytes()
+        dtype = to_jax(t.dtype) if buf is None else buf.dtype
+        itemsize = jnp.dtype(dtype).itemsize
+        buf = storages.fit(buf, dtype, nbytes // itemsize, t.device.index)
+        if handle:
+            storages.buffers[handle] = buf
+    return buf
+
+
+def _group_of(desc: CallDescription) -> list[int]:
+    handles = [k[4] for k in desc.key[len(desc.key) - len(desc.tensors):]]
+    order: dict[int, int] = {}
+    groups = []
+    for i, h in enumerate(handles):
+        if h == 0:
+            groups.append(len(order) + 1000000 + i)
+            continue
+        groups.append(order.setdefault(h, len(order)))
+    # renumber so groups index the buffer list
+    remap = {g: i for i, g in enumerate(dict.fromkeys(groups))}
+    return [remap[g] for g in groups]
+
+
+class _Slot:
+    """A placeholder in the argument template: the n-th tensor or scalar of the call."""
+
+    __slots__ = ("index", "cpu")
+
+    def __init__(self, index, cpu=False):
+        self.index, self.cpu = index, cpu
+
+
+class Plan:
+    def __init__(self, schema: OpSchema, args, kwargs, desc: CallDescription, buffers):
+        self.schema = schema
+        self.op = schema.op
+        self.resize = []
+        functional = schema.functional
+        lowering = LOWERINGS.get(functional) if functional is not None else None
+        if lowering is None:
+            raise NotImplementedError(f"neuron has no lowering for {self.op}")
+        self.lowering: Lowering = lowering
+        self.groups = _group_of(desc)
+        tensors = desc.tensors
+        self.device = desc.device if desc.device is not None else _factory_device(kwargs)
+        self.layouts = [Layout(tuple(t.shape), tuple(t.stride()), t.storage_offset()) for t in tensors]
+        self._slot_source = list(enumerate(args)) + [(schema.names.index(k), v) for k, v in kwargs.items()]
+        self.dtypes = [t.dtype for t in tensors]
+
+        meta_args, meta_kwargs, meta_tensors = self._meta_call(args, kwargs, buffers)
+        self.template_args, self.template_kwargs = self._template(args, kwargs)
+        if lowering.data_dependent:
+            self.meta_out = None
+        else:
+            self.meta_out = self._run_meta(meta_args, meta_kwargs)
+
+        # out= tensors whose size the op changes are resized first (PyTorch's resize_output).
+        for i, mt in enumerate(meta_tensors):
+            if mt is not None and (tuple(mt.shape) != self.layouts[i].shape
+                                   or tuple(mt.stride()) != self.layouts[i].stride):
+                self.resize.append((i, tuple(mt.shape), tuple(mt.stride())))
+        if self.resize:
+            return
+
+        self.writes = self._writes()  # [(tensor index, functional return path)]
+        self.fresh = self._fresh()  # [(functional return path, Layout, dtype)]
+        self.compute_dtype = self._compute_dtype(meta_args, meta_kwargs)
+        self.written_groups = sorted({self.groups[ti] for ti, _ in self.writes})
+        self.read_groups = [g for g in range(len(buffers)) if g not in set(self.written_groups)]
+        self.jitted = None if lowering.data_dependent else jax.jit(self._body, donate_argnums=(0,))
+
+    # ------------------------------------------------------------ building
+    def _meta_call(self, args, kwargs, buffers):
+        """Args and kwargs with neuron tensors replaced by meta tensors sharing meta storages
+        the way the real ones share storages."""
+        metas = {}
+        for g, buf in enumerate(buffers):
+            metas[g] = torch.empty(buf.shape[0] * buf.dtype.itemsize, dtype=torch.uint8, device="meta")
+        meta_tensors = [None] * len(self.layouts)
+        counter = iter(range(len(self.layouts)))
+        written_ids = set()
+        for i in self.schema.written:
+            v = args[i] if i < len(args) else kwargs.get(self.schema.names[i])
+            for t in (v if isinstance(v, (list, tuple)) else [v]):
+                if isinstance(t, torch.Tensor):
+                    written_ids.add(id(t))
+        self.out_tensor_ids = written_ids
+
+        def convert(value):
+            if isinstance(value, torch.Tensor):
+                if value.device.type != "neuron":
+                    return value
+                i = next(counter)
+                lay = self.layouts[i]
+                m = torch.empty(0, dtype=self.dtypes[i], device="meta").set_(
+                    metas[self.groups[i]].untyped_storage(), lay.offset, lay.shape, lay.stride)
+                if id(value) in written_ids and self.schema.out_args:
+                    meta_tensors[i] = m
+                return m
+            if isinstance(value, (list, tuple)):
+                return type(value)(convert(v) for v in value)
+            return value
+
+        margs = [convert(a) for a in args]
+        mkwargs = {k: convert(v) for k, v in kwargs.items()}
+        return margs, mkwargs, meta_tensors
+
+    def _run_meta(self, margs, mkwargs):
+        try:
+            return self.op(*margs, **mkwargs)
+        except (NotImplementedError, torch._subclasses.fake_tensor.UnsupportedOperatorException):
+            return None
+
+    def _template(self, args, kwargs):
+        counters = {"t": 0, "s": 0}
+
+        def slot(kind, value):
+            if kind is Kind.TENSORS:
+                return [slot(Kind.TENSOR, v) for v in value]
+            if kind is Kind.SCALARS:
+                return [slot(Kind.SCALAR, v) for v in value]
+            if kind in (Kind.TENSOR, Kind.SCALAR):
+                if value is None:
+                    return None
+                if isinstance(value, torch.Tensor) and value.device.type == "neuron":
+                    counters["t"] += 1
+                    return _Slot(counters["t"] - 1)
+                counters["s"] += 1
+                is_cpu = isinstance(value, torch.Tensor)
+                return _Slot(-counters["s"], cpu=is_cpu)
+            return value
+
+        names = self.schema.names
+        written = set(self.schema.out_args)
+        targs = [slot(self.schema.kinds[i], a) for i, a in enumerate(args)]
+        tkwargs = {}
+        for k, v in kwargs.items():
+            s = slot(self.schema.kind_by_name[k], v)
+            if names.index(k) not in written:
+                tkwargs[k] = s
+        targs = [a for i, a in enumerate(targs) if i not in written]
+        return targs, tkwargs
+
+    def _writes(self):
+        schema = self.schema
+        self._arg_slots = self._slots_per_arg()
+        writes = []
+        if schema.out_args:
+            for ret, i in enumerate(schema.out_args):
+                writes += [(ti, (ret,)) for ti in self._arg_slots[i]]
+        elif schema.written and schema.functional is not schema.op:
+            name = schema.op._schema.name
+            if name.endswith("_") and schema.written == [0]:
+                slots = self._arg_slots[0]
+                listy = schema.kinds[0] is Kind.TENSORS
+                writes += [(ti, (0, j) if listy else (0,)) for j, ti in enumerate(slots)]
+            else:  # _functional variant: fresh returns first, then the written args' new values
+                n_fresh = len([a for a in schema.return_aliases if a is None])
+                for k, i in enumerate(schema.written):
+                    writes += [(ti, (n_fresh + k,)) for ti in self._arg_slots[i]]
+        return writes
+
+    def _slots_per_arg(self):
+        slots = {}
+        counter = 0
+        for i, value in self._slot_source:
+            vals = value if isinstance(value, (list, tuple)) else [value]
+            mine = []
+            for v in vals:
+                if isinstance(v, torch.Tensor) and v.device.type == "neuron":
+                    mine.append(counter)
+                    counter += 1
+            slots[i] = mine
+        return slots
+
+    def _fresh(self):
+        schema = self.schema
+        fresh = []
+        if self.lowering.data_dependent:
+            return fresh
+        outs = self.meta_out
+        if not isinstance(outs, (tuple, list)) or len(schema.op._schema.returns) == 1:
+            outs = (outs,)
+        for r, alias in enumerate(schema.return_aliases):
+            if alias is not None:
+                continue
+            out = outs[r]
+            if isinstance(out, (list, tuple)):
+                for j, o in enumerate(out):
+                    fresh.append(((r, j), Layout(tuple(o.shape), tuple(o.stride()), 0), o.dtype))
+            elif isinstance(out, torch.Tensor):
+                fresh.append(((r,), Layout(tuple(out.shape), tuple(out.stride()), 0), out.dtype))
+            elif out is None:
+                raise NotImplementedError(f"neuron: no meta kernel for {self.op}")
+        return fresh
+
+    def _compute_dtype(self, margs, mkwargs):
+        kind = self.lowering.promote
+        if kind is None:
+            return None
+        names = self.schema.names
+        values = []
+        for name in self.lowering.promote_args:
+            if name not in names:
+                continue
+            i = names.index(name)
+            v = margs[i] if i < len(margs) else mkwargs.get(name)
+            if v is None:
+                continue
+            if isinstance(v, torch.Tensor) and v.device.type == "cpu":
+                v = v.to("meta")
+            values.append(v)
+        compute, _ = elementwise_dtypes(*values, type_promotion_kind=kind)
+        return to_jax(compute)
+
+    # ----------------------------------------------------------- executing
+    def _call_lowering(self, values, scalars, rng):
+        compute = self.compute_dtype
+        promote = set(self.lowering.promote_args) if compute is not None else ()
+
+        def fill(node, cast):
+            if isinstance(node, _Slot):
+                if node.index >= 0:
+                    v = values[node.index]
+                else:
+                    v = scalars[-node.index - 1]
+                return v.astype(compute) if cast and compute is not None else v
+            if isinstance(node, list):
+                return [fill(n, cast) for n in node]
+            return node
+
+        names = [n for i, n in enumerate(self.schema.names) if i not in set(self.schema.out_args)]
+        call_args = []
+        for name, node in zip(names, self.template_args):
+            kind = self.schema.kind_by_name[name]
+            call_args.append(fill(node, name in promote or kind in (Kind.SCALAR, Kind.SCALARS)))
+        call_kwargs = {k: fill(node, k in promote or self.schema.kind_by_name[k] in (Kind.SCALAR, Kind.SCALARS))
+                       for k, node in self.template_kwargs.items()}
+        if self.lowering.random:
+            call_kwargs["key"] = jax.random.fold_in(jax.random.key(rng[0]), rng[1])
+        try:
+            result = self.lowering.fn(*call_args, **call_kwargs)
+        except Exception as e:
+            dtypes = ", ".join(str(d) for d in self.dtypes) or "no tensors"
+            raise type(e)(f"neuron: {self.op} failed for dtypes ({dtypes}): {e}") from e
+        return result if isinstance(result, (tuple, list)) and self._multi_return() else (result,)
+
+    def _multi_return(self):
+        f = self.schema.functional
+        return len(f._schema.returns) > 1
+
+    def _body(self, written, others, scalars, rng):
+        buffers = [None] * (len(written) + len(others))
+        for g, b in zip(self.written_groups, written):
+            buffers[g] = b
+        for g, b in zip(self.read_groups, others):
+            buffers[g] = b
+        values = [read(storages.bitcast(buffers[g], to_jax(dt)), lay)
+                  for g, dt, lay in zip(self.groups, self.dtypes, self.layouts)]
+        scalars = [jnp.asarray(s) for s in scalars]
+        results = self._call_lowering(values, scalars, rng)
+        new = {}
+        for ti, path in self.writes:
+            g = self.groups[ti]
+            buf = new.get(g, buffers[g])
+            buf = storages.bitcast(buf, to_jax(self.dtypes[ti]))
+            new[g] = write(buf, self.layouts[ti], _at(results, path))
+        fresh = [flatten(jnp.broadcast_to(_at(results, path), lay.shape).astype(to_jax(dt)), lay)
+                 for path, lay, dt in self.fresh]
+        return [new[g] for g in self.written_groups], fresh
+
+    def __call__(self, args, kwargs, desc: CallDescription, buffers):
+        rng = _next_rng(self.device, args, kwargs, self.schema) if self.lowering.random else None
+        if self.jitted is None:
+            return self._run_data_dependent(args, kwargs, desc, buffers, rng)
+        written = [buffers[g] for g in self.written_groups]
+        others = [buffers[g] for g in self.read_groups]
+        new_buffers, fresh = self.jitted(written, others, desc.scalars, rng)
+        handles = [k[4] for k in desc.key[len(desc.key) - len(desc.tensors):]]
+        group_handle = {}
+        for ti, g in enumerate(self.groups):
+            group_handle.setdefault(g, handles[ti])
+        for g, buf in zip(self.written_groups, new_buffers):
+            if group_handle[g]:
+                storages.buffers[group_handle[g]] = buf
+        return self._results(args, kwargs, fresh)
+
+    def _results(self, args, kwargs, fresh_buffers):
+        device = self.device
+        made = []
+        for (path, lay, dt), buf in zip(self.fresh, fresh_buffers):
+            t = torch.empty_strided(lay.shape, lay.stride, dtype=dt, device=device)
+            if t.numel():
+                storages.buffers[t.data_ptr()] = buf
+            made.append((path, t))
+        return self._assemble(args, kwargs, made)
+
+    def _assemble(self, args, kwargs, made):
+        schema = self.schema
+        returns = schema.op._schema.returns
+        if not returns:
+            return None
+        by_return: dict[int, object] = {}
+        for path, t in made:
+            if len(path) == 2:
+                by_return.setdefault(path[0], []).append(t)
+            else:
+                by_return[path[0]] = t
+        out = []
+        fresh_index = 0
+        for r, alias in enumerate(schema.return_aliases):
+            if alias is not None:
+                name = schema.names[alias]
+                out.append(args[alias] if alias < len(args) else kwargs[name])
+            else:
+                out.append(by_return.get(fresh_index, []))
+                fresh_index += 1
+        return out[0] if len(returns) == 1 else tuple(out)
+
+    def apply_resizes(self, args, kwargs):
+        flat = [t for t in _flat_tensors(args, kwargs) if t.device.type == "neuron"]
+        for i, shape, stride in self.resize:
+            t = flat[i]
+            t.resize_(shape)
+            if t.stride() != stride:
+                t.as_strided_(shape, stride)
+
+    def _run_data_dependent(self, args, kwargs, desc, buffers, rng):
+        values = [read(storages.bitcast(buffers[g], to_jax(dt)), lay)
+                  for g, dt, lay in zip(self.groups, self.dtypes, self.layouts)]
+        results = self._call_lowering(values, [jnp.asarray(s) for s in desc.scalars], rng)
+        made = []
+        for r, res in enumerate(results):
+            res = jnp.asarray(res)
+            t = torch.empty(res.shape, dtype=_torch_dtype(res.dtype), device=self.device)
+            if t.numel():
+                storages.buffers[t.data_ptr()] = jax.device_put(res.reshape(-1), devices.jax_device(
+                    self.device.index))
+            made.append(((r,), t))
+        return self._assemble(args, kwargs, made)
+
+
+def _torch_dtype(dtype):
+    from ..runtime.dtypes import to_torch
+    return to_torch(dtype)
+
+
+def _at(results, path):
+    v = results[path[0]]
+    return v[path[1]] if len(path) == 2 else v
+
+
+def _flat_tensors(args, kwargs):
+    for v in list(args) + list(kwargs.values()):
+        if isinstance(v, torch.Tensor):
+            yield v
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                if isinstance(x, torch.Tensor):
+                    yield x
+
+
+def _factory_device(kwargs) -> torch.device:
+    dev = kwargs.get("device")
+    if dev is None:
+        return torch.device("neuron", torch.neuron.current_device())
+    dev = torch.device(dev)
+    return dev if dev.index is not None else torch.device("neuron", torch.neuron.current_device())
+
+
+def _next_rng(device, args, kwargs, schema):
+    from ..random import next_seed_and_offset
+    gen = kwargs.get("generator")
+    if gen is None and "generator" in schema.names:
+        i = schema.names.index("generator")
+        gen = args[i] if i < len(args) else None
+    return next_seed_and_offset(device, gen)

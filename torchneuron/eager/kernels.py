@@ -1,0 +1,85 @@
+"""Registers the eager driver with the dispatcher.
+
+- every op of the lowering table, with its in-place and out= variants, gets a PrivateUse1
+  kernel that runs the driver;
+- copies and `.item()` get their own kernels (they cross the host/device boundary);
+- everything else reaches one boxed fallback that, in order, aliases views through their
+  meta kernel, runs PyTorch's decomposition on the device, or runs on CPU counted.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from ..lowering import LOWERINGS
+from . import driver, fallback, transfer
+from .schema import parse
+
+aten = torch.ops.aten
+_lib = torch.library.Library("aten", "IMPL")
+_fallback_lib = torch.library.Library("_", "IMPL")
+_plans: dict = {}
+
+
+def _has_kernel(op, key: str) -> bool:
+    return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key)
+
+
+@functools.lru_cache(maxsize=None)
+def _schema(op):
+    return parse(op)
+
+
+def run_op(op, *args, **kwargs):
+    """Run `op` through the eager driver, bypassing the dispatcher."""
+    return driver.run(_schema(op), _plans.setdefault(op, {}), args, kwargs)
+
+
+def make_kernel(op):
+    schema = _schema(op)
+    plans = _plans.setdefault(op, {})
+
+    def kernel(*args, **kwargs):
+        return driver.run(schema, plans, args, kwargs)
+
+    kernel.__name__ = f"neuron_{op.name()}"
+    return kernel
+
+
+def variants(functional) -> list:
+    """`functional` and the overloads whose values it computes (in-place, out=)."""
+    name = functional._schema.name.split("::")[1]
+    found = [functional]
+    for packet_name in (name, name + "_"):
+        packet = getattr(aten, packet_name, None)
+        if packet is None:
+            continue
+        for overload in packet.overloads():
+            op = getattr(packet, overload)
+            if op is not functional and parse(op).functional is functional:
+                found.append(op)
+    return found
+
+
+def _should_register(op) -> bool:
+    if _has_kernel(op, "PrivateUse1"):
+        return False
+    # A backend kernel would hide a CompositeImplicitAutograd op's decomposition from autograd.
+    return not _has_kernel(op, "CompositeImplicitAutograd")
+
+
+REGISTERED: list = []
+
+
+def register_all() -> None:
+    # Copies and .item() first: they cross the host/device boundary, not the driver.
+    _lib.impl(aten.copy_.default, transfer.copy_, "PrivateUse1")
+    _lib.impl(aten._copy_from.default, transfer.copy_from, "PrivateUse1")
+    _lib.impl(aten._local_scalar_dense.default, transfer.local_scalar_dense, "PrivateUse1")
+    for functional in list(LOWERINGS):
+        for op in variants(functional):
+            if _should_register(op):
+                _lib.impl(op, make_kernel(op), "PrivateUse1")
+                REGISTERED.append(op)
+    _fallback_lib.fallback(fallback.dispatch, dispatch_key="PrivateUse1")

@@ -1,0 +1,105 @@
+"""What the eager driver needs to know about an op's schema, computed once per op.
+
+- which arguments hold tensors, traced scalars, or static values;
+- which arguments an op writes (in-place, out=, or mutating ops like batch norm's stats);
+- which functional overload computes its values (add_ and add.out -> add.Tensor).
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+import torch
+
+aten = torch.ops.aten
+
+
+class Kind(enum.Enum):
+    TENSOR = 1  # Tensor or Tensor?
+    TENSORS = 2  # Tensor[] or Tensor?[]
+    SCALAR = 3  # Scalar or Scalar?: traced
+    SCALARS = 4  # Scalar[]: traced
+    STATIC = 5  # everything else: part of the compile key
+
+
+def kind_of(arg: torch._C.Argument) -> Kind:
+    t = str(arg.type)
+    if t in ("Tensor", "Optional[Tensor]"):
+        return Kind.TENSOR
+    if t in ("List[Tensor]", "List[Optional[Tensor]]"):
+        return Kind.TENSORS
+    if t in ("number", "Optional[number]"):
+        return Kind.SCALAR
+    if t == "List[number]":
+        return Kind.SCALARS
+    return Kind.STATIC
+
+
+@dataclasses.dataclass
+class OpSchema:
+    op: torch._ops.OpOverload
+    names: list[str]
+    kinds: list[Kind]
+    kind_by_name: dict[str, Kind]
+    written: list[int]  # indices of arguments the op writes
+    out_args: list[int]  # indices of out= arguments (subset of written)
+    return_aliases: list[int | None]  # per return: index of the argument it is, or None (fresh)
+    functional: torch._ops.OpOverload | None  # overload that computes the values
+    view: bool  # returns a view of an input without writing
+
+    @property
+    def mutates(self) -> bool:
+        return bool(self.written)
+
+
+def parse(op: torch._ops.OpOverload) -> OpSchema:
+    s = op._schema
+    args = s.arguments
+    names = [a.name for a in args]
+    kinds = [kind_of(a) for a in args]
+    written = [i for i, a in enumerate(args) if a.alias_info is not None and a.alias_info.is_write]
+    out_args = [i for i in written if args[i].is_out]
+    aliases = []
+    view = False
+    for r in s.returns:
+        if r.alias_info is None:
+            aliases.append(None)
+            continue
+        match = [i for i, a in enumerate(args) if a.alias_info is not None
+                 and a.alias_info.before_set == r.alias_info.before_set]
+        aliases.append(match[0] if match else None)
+        view = view or not r.alias_info.is_write
+    return OpSchema(op, names, kinds, dict(zip(names, kinds)), written, out_args, aliases,
+                    functional_variant(op, written, out_args), view)
+
+
+def _signature(schema, drop: set[str]) -> list[tuple[str, str]]:
+    return [(a.name, str(a.type)) for a in schema.arguments if a.name not in drop]
+
+
+def functional_variant(op, written, out_args) -> torch._ops.OpOverload | None:
+    """add_.Tensor -> add.Tensor; add.out -> add.Tensor; _native_batch_norm_legit ->
+    _native_batch_norm_legit_functional; a functional op -> itself."""
+    if not written:
+        return op
+    name = op._schema.name.split("::")[1]
+    args = op._schema.arguments
+    if out_args:
+        packet = getattr(aten, name)
+        want = _signature(op._schema, {args[i].name for i in out_args})
+        for overload in packet.overloads():
+            candidate = getattr(packet, overload)
+            if candidate is not op and _signature(candidate._schema, set()) == [
+                    (n, t.replace("Tensor(a!)", "Tensor")) for n, t in want]:
+                return candidate
+        return None
+    if name.endswith("_") and written == [0]:
+        packet = getattr(aten, name[:-1], None)
+        overload = op._overloadname
+        if packet is not None and overload in packet.overloads():
+            return getattr(packet, overload)
+        return None
+    packet = getattr(aten, name + "_functional", None)
+    if packet is not None and op._overloadname in packet.overloads():
+        return getattr(packet, op._overloadname)
+    return None

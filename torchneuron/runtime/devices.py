@@ -1,0 +1,54 @@
+"""NeuronCores are PJRT devices, reached through JAX.
+
+JAX must be configured before its backend starts: 64-bit types on (or int64 and
+float64 silently become 32-bit), full float32 matmul precision, and on the CPU
+platform the number of virtual devices.
+"""
+from __future__ import annotations
+
+import os
+
+from .. import config
+
+if config.PLATFORM == "cpu":
+    flag = f"--xla_force_host_platform_device_count={config.CORES}"
+    os.environ["XLA_FLAGS"] = " ".join(
+        f for f in os.environ.get("XLA_FLAGS", "").split() if "host_platform_device_count" not in f
+    ) + " " + flag
+
+import jax  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+jax.config.update("jax_default_matmul_precision", "highest")
+jax.config.update("jax_platforms", config.PLATFORM)
+
+_devices: list | None = None
+
+
+def jax_devices() -> list:
+    """The PJRT devices that are neuron:0, neuron:1, ..."""
+    global _devices
+    if _devices is None:
+        found = jax.devices(config.PLATFORM)
+        _devices = found[: config.CORES] if config.PLATFORM == "cpu" else found
+    return _devices
+
+
+def jax_device(index: int):
+    return jax_devices()[index]
+
+
+def count() -> int:
+    return len(jax_devices())
+
+
+def default_memory_limit(index: int) -> int:
+    """Device capacity: the limit set by TORCHNEURON_MEMORY_LIMIT, else what PJRT reports, else a
+    share of host memory for the CPU platform."""
+    if config.MEMORY_LIMIT:
+        return int(config.MEMORY_LIMIT)
+    stats = jax_device(index).memory_stats() or {}
+    if "bytes_limit" in stats:
+        return int(stats["bytes_limit"])
+    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return host // 2 // max(count(), 1)

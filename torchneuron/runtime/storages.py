@@ -1,0 +1,71 @@
+"""Storages: one flat device buffer (a 1-D jax.Array) per PyTorch storage.
+
+A storage's data pointer is an opaque handle from the C++ allocator; this table maps it to
+the buffer. The buffer keeps the dtype that last wrote it; a read with another dtype
+bitcasts. `torch.empty` leaves a storage unmaterialised until its first write.
+Frees and growths arrive from the C++ core as an ordered event queue, drained here at safe
+points (before a buffer is bound, on synchronize and on memory queries).
+"""
+from __future__ import annotations
+
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import devices
+from .core import EVENT_FREE, EVENT_GROW, StorageEvent, lib
+
+buffers: dict[int, jax.Array] = {}
+_drain_lock = threading.Lock()
+_EVENTS = (StorageEvent * 256)()
+
+
+def drain() -> None:
+    """Apply the frees and growths the C++ core has queued, in order."""
+    if not lib.tn_pending_events():
+        return
+    with _drain_lock:
+        while n := lib.tn_take_events(_EVENTS, len(_EVENTS)):
+            for e in _EVENTS[:n]:
+                if e.kind == EVENT_FREE:
+                    buffers.pop(e.handle, None)
+                    lib.tn_release(e.handle)
+                elif e.kind == EVENT_GROW:
+                    old = buffers.get(e.handle)
+                    if old is not None:
+                        keep = e.nbytes // old.dtype.itemsize
+                        buffers[e.new_handle] = old[:keep]
+
+
+def bitcast(array: jax.Array, dtype) -> jax.Array:
+    """Reinterpret a flat buffer's bytes as another dtype (view(dtype), set_ across dtypes)."""
+    src, dst = np.dtype(array.dtype), np.dtype(dtype)
+    if src == dst:
+        return array
+    if src == np.bool_:
+        array, src = array.astype(jnp.uint8), np.dtype(np.uint8)
+    if dst == np.bool_:
+        return bitcast(array, jnp.uint8).astype(jnp.bool_)
+    if src.itemsize == dst.itemsize:
+        return jax.lax.bitcast_convert_type(array, dst)
+    if src.itemsize > dst.itemsize:
+        return jax.lax.bitcast_convert_type(array, dst).reshape(-1)
+    ratio = dst.itemsize // src.itemsize
+    usable = array.shape[0] // ratio * ratio
+    return jax.lax.bitcast_convert_type(array[:usable].reshape(-1, ratio), dst)
+
+
+def fit(array: jax.Array | None, dtype, length: int, device_index: int) -> jax.Array:
+    """The buffer as exactly `length` elements of `dtype` (zeros where never written)."""
+    if array is None:
+        return jax.device_put(jnp.zeros((length,), dtype), devices.jax_device(device_index))
+    if array.dtype != dtype:
+        array = bitcast(array, dtype)
+    have = array.shape[0]
+    if have < length:
+        array = jnp.concatenate([array, jnp.zeros((length - have,), dtype)])
+    elif have > length:
+        array = array[:length]
+    return array

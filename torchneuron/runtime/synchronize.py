@@ -1,0 +1,30 @@
+"""Waiting for device work, and the safe points where queued frees are applied."""
+from __future__ import annotations
+
+from . import devices, storages
+from .core import SyncCallback, lib
+
+
+def drain() -> None:
+    storages.drain()
+
+
+def synchronize(device: int | None = None) -> None:
+    """Block until every buffer of `device` (all devices if None) is computed."""
+    storages.drain()
+    wanted = None if device is None else devices.jax_device(device)
+    for buf in list(storages.buffers.values()):
+        if wanted is None or wanted in buf.devices():
+            buf.block_until_ready()
+
+
+def _on_sync(device: int) -> None:
+    synchronize(device if device >= 0 else None)
+
+
+# Kept alive for as long as the C++ core may call it.
+_callback = SyncCallback(_on_sync)
+
+
+def install() -> None:
+    lib.tn_set_sync_callback(_callback)
