@@ -123,10 +123,10 @@ class Stream(torch.Stream):
         return super().__new__(cls, device=torch.device("neuron", index), priority=priority, **kwargs)
 
 
-class Event(torch.Event):
-    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
-        return super().__new__(cls, device=torch.device("neuron", current_device()),
-                               enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)
+def Event(enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> torch.Event:  # noqa: N802
+    """A neuron event (a torch.Event: PyTorch's event methods accept only that exact type)."""
+    return torch.Event(device=torch.device("neuron", current_device()), enable_timing=enable_timing,
+                       blocking=blocking, interprocess=interprocess)
 
 
 def current_stream(device=None) -> torch.Stream:

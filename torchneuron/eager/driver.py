@@ -20,6 +20,7 @@ from torch._prims_common import elementwise_dtypes
 from ..lowering import LOWERINGS, Lowering
 from ..runtime import devices, storages
 from ..runtime.dtypes import to_jax
+from . import overlap
 from .layout import Layout, flatten, read, write
 from .schema import Kind, OpSchema
 
@@ -193,7 +194,8 @@ class Plan:
         tensors = desc.tensors
         self.device = desc.device if desc.device is not None else _factory_device(kwargs)
         self.layouts = [Layout(tuple(t.shape), tuple(t.stride()), t.storage_offset()) for t in tensors]
-        self._slot_source = list(enumerate(args)) + [(schema.names.index(k), v) for k, v in kwargs.items()]
+        self._arg_slots = _slots_per_arg(
+            list(enumerate(args)) + [(schema.names.index(k), v) for k, v in kwargs.items()])
         self.dtypes = [t.dtype for t in tensors]
 
         meta_args, meta_kwargs, meta_tensors = self._meta_call(args, kwargs, buffers)
@@ -212,6 +214,8 @@ class Plan:
             return
 
         self.writes = self._writes()  # [(tensor index, functional return path)]
+        overlap.check(self.layouts, self.groups, {ti for ti, _ in self.writes},
+                      [d.itemsize for d in self.dtypes])
         self.fresh = self._fresh()  # [(functional return path, Layout, dtype)]
         self.compute_dtype = self._compute_dtype(meta_args, meta_kwargs)
         self.written_groups = sorted({self.groups[ti] for ti, _ in self.writes})
@@ -292,7 +296,6 @@ class Plan:
 
     def _writes(self):
         schema = self.schema
-        self._arg_slots = self._slots_per_arg()
         writes = []
         if schema.out_args:
             for ret, i in enumerate(schema.out_args):
@@ -308,19 +311,6 @@ class Plan:
                 for k, i in enumerate(schema.written):
                     writes += [(ti, (n_fresh + k,)) for ti in self._arg_slots[i]]
         return writes
-
-    def _slots_per_arg(self):
-        slots = {}
-        counter = 0
-        for i, value in self._slot_source:
-            vals = value if isinstance(value, (list, tuple)) else [value]
-            mine = []
-            for v in vals:
-                if isinstance(v, torch.Tensor) and v.device.type == "neuron":
-                    mine.append(counter)
-                    counter += 1
-            slots[i] = mine
-        return slots
 
     def _fresh(self):
         schema = self.schema
@@ -487,6 +477,20 @@ class Plan:
                     self.device.index))
             made.append(((r,), t))
         return self._assemble(args, kwargs, made)
+
+
+def _slots_per_arg(indexed_args) -> dict[int, list[int]]:
+    """For each schema argument index, the indices of its neuron tensors among the call's tensors."""
+    slots = {}
+    counter = 0
+    for i, value in indexed_args:
+        mine = []
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(v, torch.Tensor) and v.device.type == "neuron":
+                mine.append(counter)
+                counter += 1
+        slots[i] = mine
+    return slots
 
 
 def _torch_dtype(dtype):

@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import collections
 import functools
+import threading
 import warnings
 
 import torch
-from torch._decomp import decomposition_table
+from torch._decomp import core_aten_decompositions
 from torch.utils._pytree import tree_map
 
 from .. import config
 from .schema import parse
 
+# Decompositions into Core ATen only: torch._refs entries end in prims that call back into aten.
+DECOMPOSITIONS = core_aten_decompositions()
+_active = threading.local()
 counts: collections.Counter = collections.Counter()
 decomposed: collections.Counter = collections.Counter()
 
@@ -39,10 +43,15 @@ def dispatch(op, *args, **kwargs):
     schema = _schema(op)
     if schema.view and not schema.mutates:
         return _alias_view(op, args, kwargs)
-    decomposition = decomposition_table.get(op)
-    if decomposition is not None:
+    decomposition = DECOMPOSITIONS.get(op)
+    active = _active.__dict__.setdefault("ops", set())
+    if decomposition is not None and op not in active:  # a decomposition that re-enters its op falls back
         decomposed[str(op)] += 1
-        out = decomposition(*args, **kwargs)
+        active.add(op)
+        try:
+            out = decomposition(*args, **kwargs)
+        finally:
+            active.discard(op)
         if out is not NotImplemented:
             return out
     return _run_on_cpu(op, schema, args, kwargs)
@@ -104,7 +113,10 @@ def _run_on_cpu(op, schema, args, kwargs):
         cpu_v = cpu_args[i] if i < len(cpu_args) else cpu_kwargs.get(name_i)
         for c in (cpu_v if isinstance(cpu_v, (list, tuple)) else [cpu_v]):
             if isinstance(c, torch.Tensor) and id(c) in originals:
-                originals[id(c)].copy_(c)
+                original = originals[id(c)]
+                if original.shape != c.shape:  # an out= argument the op resized
+                    original.resize_(c.shape)
+                original.copy_(c)
 
     def back(x):
         if isinstance(x, torch.Tensor):

@@ -49,7 +49,7 @@ def from_host(array: np.ndarray, device: torch.device, dtype: torch.dtype) -> to
     out = torch.empty(array.shape, dtype=dtype, device=device)
     if out.numel():
         storages.buffers[out.data_ptr()] = jax.device_put(
-            np.ascontiguousarray(array).reshape(-1), devices.jax_device(out.device.index))
+            np.asarray(array).reshape(-1), devices.jax_device(out.device.index))
     return out
 
 
@@ -74,12 +74,12 @@ def cpu_numpy(t: torch.Tensor) -> np.ndarray:
 
 
 def host_tensor(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-    array = np.ascontiguousarray(array)
+    array = np.array(array, copy=not array.flags.c_contiguous or not array.flags.writeable)
     if dtype in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2, torch.uint16, torch.uint32,
                  torch.uint64):
         raw = {1: np.uint8, 2: np.int16, 4: np.int32, 8: np.int64}[array.dtype.itemsize]
         return torch.from_numpy(array.view(raw).copy()).view(dtype)
-    return torch.from_numpy(array.copy() if not array.flags.writeable else array)
+    return torch.from_numpy(array)
 
 
 def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:

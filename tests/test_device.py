@@ -1,0 +1,109 @@
+"""The device itself: native tensors, several NeuronCores, the device module, streams, generators."""
+import pytest
+import torch
+
+
+def test_tensors_are_native():
+    t = torch.ones(2, 3).to("neuron")
+    assert type(t) is torch.Tensor
+    assert t.device == torch.device("neuron:0")
+    assert t.is_neuron
+    assert t.untyped_storage().device == torch.device("neuron:0")
+    assert t.untyped_storage().nbytes() == 24
+    assert torch.accelerator.current_accelerator() == torch.device("neuron")
+    assert torch.accelerator.device_count() == torch.neuron.device_count() >= 2
+
+
+def test_data_ptr_is_an_opaque_handle_not_host_memory():
+    t = torch.arange(4.0).to("neuron")
+    u = t[1:]
+    assert u.data_ptr() == t.data_ptr() + 4
+    assert u.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()
+
+
+def test_copies_between_two_cores():
+    x = torch.randn(5, 3)
+    a = x.to("neuron:1")
+    assert a.device == torch.device("neuron:1")
+    b = a.to("neuron:0")
+    assert b.device == torch.device("neuron:0")
+    torch.testing.assert_close(b.cpu(), x)
+    c = torch.empty(3, 5, device="neuron:0")
+    c.copy_(a.t())  # strided source on another core
+    torch.testing.assert_close(c.cpu(), x.t())
+
+
+def test_device_context_and_current_device():
+    assert torch.neuron.current_device() == 0
+    with torch.neuron.device(1):
+        assert torch.neuron.current_device() == 1
+        assert torch.empty(2, device="neuron").device == torch.device("neuron:1")
+    assert torch.neuron.current_device() == 0
+
+
+def test_invalid_device_index_is_a_clear_error():
+    with pytest.raises(RuntimeError, match="Invalid neuron device index"):
+        torch.empty(2, device="neuron:63")
+
+
+def test_host_to_device_dtypes_roundtrip():
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
+                  torch.int8, torch.uint8, torch.bool, torch.complex64):
+        x = (torch.randn(7) * 10).to(dtype)
+        torch.testing.assert_close(x.to("neuron").cpu(), x)
+
+
+def test_non_blocking_and_pinned_memory():
+    x = torch.randn(8).pin_memory()
+    assert x.is_pinned()
+    y = x.to("neuron", non_blocking=True)
+    torch.neuron.synchronize()
+    torch.testing.assert_close(y.cpu(), x)
+    assert not torch.randn(3).is_pinned()
+
+
+def test_item_and_scalar_conversion():
+    t = torch.tensor([1.5, -2.0]).to("neuron")
+    assert t[0].item() == 1.5
+    assert int(torch.tensor(7).to("neuron")) == 7
+    assert bool(torch.tensor(True).to("neuron")) is True
+
+
+def test_streams_and_events():
+    s = torch.neuron.Stream()
+    with torch.neuron.stream(s):
+        assert torch.neuron.current_stream() == s
+        x = torch.ones(4).to("neuron") * 3
+    assert torch.neuron.current_stream() != s
+    start, end = torch.neuron.Event(enable_timing=True), torch.neuron.Event(enable_timing=True)
+    start.record()
+    y = x * 2
+    end.record()
+    end.synchronize()
+    assert start.elapsed_time(end) >= 0
+    assert end.query()
+    s.wait_stream(torch.neuron.current_stream())
+    torch.accelerator.synchronize()
+    torch.testing.assert_close(y.cpu(), torch.full((4,), 6.0))
+
+
+def test_generator_state_roundtrip():
+    g = torch.Generator(device="neuron")
+    g.manual_seed(1234)
+    assert g.initial_seed() == 1234
+    g.set_offset(5)
+    state = g.get_state()
+    g.manual_seed(1)
+    g.set_state(state)
+    assert g.initial_seed() == 1234 and g.get_offset() == 5
+    torch.neuron.manual_seed(7)
+    assert torch.neuron.initial_seed() == 7
+    saved = torch.neuron.get_rng_state()
+    torch.neuron.set_rng_state(saved)
+
+
+def test_device_module_api_table_is_complete():
+    for name in torch.neuron.API:
+        assert hasattr(torch.neuron, name), name
+    assert torch.neuron.is_available()
+    assert torch.neuron.get_amp_supported_dtype()
