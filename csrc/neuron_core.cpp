@@ -62,8 +62,12 @@ struct StorageEvent {
   uint64_t handle;
   uint64_t new_handle;
   int64_t device;
-  uint64_t nbytes;
+  uint64_t nbytes;      // bytes to keep (grow) or bytes freed
+  uint64_t new_nbytes;  // grow: the new size
 };
+
+// Read by Python without a call (ctypes in_dll): the number of queued events.
+extern "C" __attribute__((visibility("default"))) std::atomic<int64_t> tn_pending{0};
 
 struct DeviceCounters {
   int64_t allocated = 0, peak = 0, total_allocated = 0, total_freed = 0;
@@ -121,14 +125,17 @@ class NeuronAllocator final : public c10::DeviceAllocator {
     c.total_freed += it->second.nbytes;
     c.count--;
     c.total_frees++;
-    events_.push_back({0, it->first, 0, it->second.device, it->second.nbytes});
+    events_.push_back({0, it->first, 0, it->second.device, it->second.nbytes, 0});
+    tn_pending = static_cast<int64_t>(events_.size());
     dead_[it->first] = it->second.rounded;
     live_.erase(it);
   }
 
-  void push_grow(uint64_t old_handle, uint64_t new_handle, DeviceIndex device, uint64_t old_nbytes) {
+  void push_grow(uint64_t old_handle, uint64_t new_handle, DeviceIndex device, uint64_t keep_nbytes,
+                 uint64_t new_nbytes) {
     std::lock_guard<std::mutex> lock(mutex_);
-    events_.push_back({1, old_handle, new_handle, device, old_nbytes});
+    events_.push_back({1, old_handle, new_handle, device, keep_nbytes, new_nbytes});
+    tn_pending = static_cast<int64_t>(events_.size());
   }
 
   // Python takes the queued events, drops their buffers, then hands the
@@ -140,6 +147,7 @@ class NeuronAllocator final : public c10::DeviceAllocator {
       out[n++] = events_.front();
       events_.pop_front();
     }
+    tn_pending = static_cast<int64_t>(events_.size());
     return n;
   }
   int64_t pending_events() {
@@ -488,7 +496,7 @@ void resize_storage_bytes(c10::StorageImpl* storage, size_t new_nbytes) {
   DeviceIndex device = storage->device().index();
   c10::DataPtr fresh = g_allocator.allocate_on(device, new_nbytes);
   g_allocator.push_grow(reinterpret_cast<uint64_t>(storage->data()), reinterpret_cast<uint64_t>(fresh.get()),
-                        device, std::min(storage->nbytes(), new_nbytes));
+                        device, std::min(storage->nbytes(), new_nbytes), new_nbytes);
   storage->set_data_ptr_noswap(std::move(fresh));
   storage->set_nbytes(new_nbytes);
 }

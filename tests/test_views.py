@@ -107,7 +107,9 @@ def test_random_view_and_inplace_chains_match_cpu(data, shape):
             if vc is not None:
                 assert vd.shape == vc.shape and vd.stride() == vc.stride()
                 assert vd.storage_offset() == vc.storage_offset()
-                assert vd.untyped_storage().data_ptr() == base_dev.untyped_storage().data_ptr()
+                aliases_cpu = vc.untyped_storage().data_ptr() == base_cpu.untyped_storage().data_ptr()
+                aliases_dev = vd.untyped_storage().data_ptr() == base_dev.untyped_storage().data_ptr()
+                assert aliases_dev == aliases_cpu
                 live.append((vc, vd))
         else:
             _, fn = _inplace_ops(cpu, data)

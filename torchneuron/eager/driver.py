@@ -14,6 +14,7 @@ import warnings
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import torch
 from torch._prims_common import elementwise_dtypes
 
@@ -32,13 +33,14 @@ _lock = threading.RLock()
 class CallDescription:
     """The tensors and traced scalars of one call, and its cache key."""
 
-    __slots__ = ("key", "tensors", "scalars", "device")
+    __slots__ = ("key", "tensors", "scalars", "device", "handles")
 
     def __init__(self):
         self.key = []
         self.tensors = []
         self.scalars = []
         self.device = None
+        self.handles = []
 
 
 def _device_error(op, a: torch.device, b: torch.device) -> RuntimeError:
@@ -75,9 +77,12 @@ def describe(schema: OpSchema, args, kwargs) -> CallDescription:
     for name, value in kwargs.items():
         key.append(name)
         _describe_one(desc, schema.kind_by_name[name], value, schema.op)
+    handles = desc.handles
     for t in desc.tensors:
-        handle = t.data_ptr() - t.storage_offset() * t.element_size() if t.numel() else _storage_handle(t)
-        key.append((t.shape, t.stride(), t.storage_offset(), t.dtype, handle))
+        offset = t.storage_offset()
+        handle = t.data_ptr() - offset * t.element_size() if t.numel() else _storage_handle(t)
+        handles.append(handle)
+        key.append((t.shape, t.stride(), offset, t.dtype, handle))
     return desc
 
 
@@ -136,8 +141,7 @@ def _buffers(desc: CallDescription) -> list:
     """One buffer per distinct storage among the call's tensors, in order of first use."""
     seen: dict[int, int] = {}
     out = []
-    for i, t in enumerate(desc.tensors):
-        handle = desc.key[len(desc.key) - len(desc.tensors) + i][4]
+    for t, handle in zip(desc.tensors, desc.handles):
         if handle in seen and handle != 0:
             continue
         seen[handle] = len(out)
@@ -147,18 +151,17 @@ def _buffers(desc: CallDescription) -> list:
 
 def _buffer_for(t: torch.Tensor, handle: int):
     buf = storages.buffers.get(handle)
-    if buf is None or buf.shape[0] * buf.dtype.itemsize < t.untyped_storage().nbytes():
-        nbytes = t.untyped_storage().nbytes()
-        dtype = to_jax(t.dtype) if buf is None else buf.dtype
-        itemsize = jnp.dtype(dtype).itemsize
-        buf = storages.fit(buf, dtype, nbytes // itemsize, t.device.index)
+    if buf is None:  # never written: materialise as zeros
+        dtype = to_jax(t.dtype)
+        buf = storages.fit(None, dtype, t.untyped_storage().nbytes() // jnp.dtype(dtype).itemsize,
+                           t.device.index)
         if handle:
             storages.buffers[handle] = buf
     return buf
 
 
 def _group_of(desc: CallDescription) -> list[int]:
-    handles = [k[4] for k in desc.key[len(desc.key) - len(desc.tensors):]]
+    handles = desc.handles
     order: dict[int, int] = {}
     groups = []
     for i, h in enumerate(handles):
@@ -220,7 +223,12 @@ class Plan:
         self.compute_dtype = self._compute_dtype(meta_args, meta_kwargs)
         self.written_groups = sorted({self.groups[ti] for ti, _ in self.writes})
         self.read_groups = [g for g in range(len(buffers)) if g not in set(self.written_groups)]
-        self.jitted = None if lowering.data_dependent else jax.jit(self._body, donate_argnums=(0,))
+        # For each written group, the position of one of its tensors (to find its handle per call).
+        self.written_tensor = [self.groups.index(g) for g in self.written_groups]
+        # Flat positional arguments: JAX dispatches them several microseconds faster than pytrees.
+        n_written = len(self.written_groups)
+        self.jitted = None if lowering.data_dependent else jax.jit(
+            self._body, donate_argnums=tuple(range(n_written)))
 
     # ------------------------------------------------------------ building
     def _meta_call(self, args, kwargs, buffers):
@@ -388,7 +396,13 @@ class Plan:
         f = self.schema.functional
         return len(f._schema.returns) > 1
 
-    def _body(self, written, others, scalars, rng):
+    def _body(self, *flat):
+        n_w, n_o = len(self.written_groups), len(self.read_groups)
+        written, others = flat[:n_w], flat[n_w:n_w + n_o]
+        scalars = flat[n_w + n_o:]
+        rng = None
+        if self.lowering.random:
+            scalars, rng = scalars[:-2], scalars[-2:]
         buffers = [None] * (len(written) + len(others))
         for g, b in zip(self.written_groups, written):
             buffers[g] = b
@@ -412,16 +426,18 @@ class Plan:
         rng = _next_rng(self.device, args, kwargs, self.schema) if self.lowering.random else None
         if self.jitted is None:
             return self._run_data_dependent(args, kwargs, desc, buffers, rng)
-        written = [buffers[g] for g in self.written_groups]
-        others = [buffers[g] for g in self.read_groups]
-        new_buffers, fresh = self.jitted(written, others, desc.scalars, rng)
-        handles = [k[4] for k in desc.key[len(desc.key) - len(desc.tensors):]]
-        group_handle = {}
-        for ti, g in enumerate(self.groups):
-            group_handle.setdefault(g, handles[ti])
-        for g, buf in zip(self.written_groups, new_buffers):
-            if group_handle[g]:
-                storages.buffers[group_handle[g]] = buf
+        flat = [buffers[g] for g in self.written_groups]
+        flat += [buffers[g] for g in self.read_groups]
+        if desc.scalars:
+            flat += [_SCALAR_TYPES.get(type(v), np.asarray)(v) for v in desc.scalars]
+        if rng is not None:
+            flat += [np.uint64(rng[0]), np.uint64(rng[1])]
+        new_buffers, fresh = self.jitted(*flat)
+        handles = desc.handles
+        table = storages.buffers
+        for ti, buf in zip(self.written_tensor, new_buffers):
+            if handles[ti]:
+                table[handles[ti]] = buf
         return self._results(args, kwargs, fresh)
 
     def _results(self, args, kwargs, fresh_buffers):
@@ -491,6 +507,10 @@ def _slots_per_arg(indexed_args) -> dict[int, list[int]]:
                 counter += 1
         slots[i] = mine
     return slots
+
+
+# numpy scalars reach jitted code faster than Python numbers, with the same dtype PyTorch uses.
+_SCALAR_TYPES = {float: np.float64, int: np.int64, bool: np.bool_, complex: np.complex128}
 
 
 def _torch_dtype(dtype):

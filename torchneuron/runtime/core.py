@@ -15,6 +15,7 @@ class StorageEvent(ctypes.Structure):
         ("new_handle", ctypes.c_uint64),
         ("device", ctypes.c_int64),
         ("nbytes", ctypes.c_uint64),
+        ("new_nbytes", ctypes.c_uint64),
     ]
 
 
@@ -46,3 +47,5 @@ def _load() -> ctypes.CDLL:
 
 
 lib = _load()
+# The count of queued storage events, read without a foreign call on every op.
+pending = ctypes.c_int64.in_dll(lib, "tn_pending")

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import devices
-from .core import EVENT_FREE, EVENT_GROW, StorageEvent, lib
+from .core import EVENT_FREE, EVENT_GROW, StorageEvent, lib, pending
 
 buffers: dict[int, jax.Array] = {}
 _drain_lock = threading.Lock()
@@ -24,7 +24,7 @@ _EVENTS = (StorageEvent * 256)()
 
 def drain() -> None:
     """Apply the frees and growths the C++ core has queued, in order."""
-    if not lib.tn_pending_events():
+    if not pending.value:
         return
     with _drain_lock:
         while n := lib.tn_take_events(_EVENTS, len(_EVENTS)):
@@ -35,8 +35,9 @@ def drain() -> None:
                 elif e.kind == EVENT_GROW:
                     old = buffers.get(e.handle)
                     if old is not None:
-                        keep = e.nbytes // old.dtype.itemsize
-                        buffers[e.new_handle] = old[:keep]
+                        itemsize = old.dtype.itemsize
+                        buffers[e.new_handle] = fit(old[: e.nbytes // itemsize], old.dtype,
+                                                    e.new_nbytes // itemsize, e.device)
 
 
 def bitcast(array: jax.Array, dtype) -> jax.Array:
