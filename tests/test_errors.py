@@ -1,0 +1,58 @@
+"""Bad input gets the error PyTorch users expect, never a crash."""
+import pytest
+import torch
+
+import torchneuron
+
+
+def test_mixing_devices_raises_pytorchs_error():
+    a = torch.ones(3).to("neuron")
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        a + torch.ones(3)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        a + torch.ones(3).to("neuron:1")
+    # 0-dim CPU tensors take part as scalars, as with CUDA
+    torch.testing.assert_close((a + torch.tensor(2.0)).cpu(), torch.full((3,), 3.0))
+
+
+def test_shape_errors_are_pytorchs_own():
+    a, b = torch.ones(3).to("neuron"), torch.ones(4).to("neuron")
+    with pytest.raises(RuntimeError, match="(must match the size of tensor b|broadcast a dimension of length 4)"):
+        a + b
+
+
+def test_unsupported_dtype_names_the_dtype():
+    x = torch.ones(3, dtype=torch.complex32)
+    with pytest.raises(TypeError, match="neuron does not support dtype torch.complex32"):
+        x.to("neuron")
+
+
+def test_fallback_can_be_made_an_error(monkeypatch):
+    monkeypatch.setattr(torchneuron.config, "FALLBACK", "error")
+    x = torch.ones(4).to("neuron")
+    with pytest.raises(NotImplementedError, match="aten._fft_r2c.default"):
+        torch.fft.rfft(x)
+
+
+def test_fallback_runs_on_cpu_counted_and_warned_once():
+    x = torch.arange(8.0).to("neuron")
+    before = torchneuron.fallback_stats().get("aten._fft_r2c.default", 0)
+    with pytest.warns(UserWarning, match="_fft_r2c.default has no lowering") if before == 0 else _no_warning():
+        y = torch.fft.rfft(x)
+    torch.testing.assert_close(y.cpu(), torch.fft.rfft(torch.arange(8.0)))
+    assert y.device.type == "neuron"
+    assert torchneuron.fallback_stats()["aten._fft_r2c.default"] == before + 1
+
+
+class _no_warning:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_out_of_range_index_is_an_error_not_a_crash():
+    x = torch.arange(4.0).to("neuron")
+    with pytest.raises(IndexError):
+        x[10]
