@@ -66,8 +66,12 @@ struct StorageEvent {
   uint64_t new_nbytes;  // grow: the new size
 };
 
-// Read by Python without a call (ctypes in_dll): the number of queued events.
+// Read by Python without a call (ctypes in_dll): queued events, and whether one must be applied
+// before any buffer is read (a growth) or memory is worth reclaiming now.
 extern "C" __attribute__((visibility("default"))) std::atomic<int64_t> tn_pending{0};
+extern "C" __attribute__((visibility("default"))) std::atomic<int64_t> tn_pending_urgent{0};
+constexpr int64_t kDrainCount = 64;
+constexpr uint64_t kDrainBytes = uint64_t(64) << 20;
 
 struct DeviceCounters {
   int64_t allocated = 0, peak = 0, total_allocated = 0, total_freed = 0;
@@ -127,6 +131,8 @@ class NeuronAllocator final : public c10::DeviceAllocator {
     c.total_frees++;
     events_.push_back({0, it->first, 0, it->second.device, it->second.nbytes, 0});
     tn_pending = static_cast<int64_t>(events_.size());
+    pending_bytes_ += it->second.nbytes;
+    if (tn_pending >= kDrainCount || pending_bytes_ >= kDrainBytes) tn_pending_urgent = 1;
     dead_[it->first] = it->second.rounded;
     live_.erase(it);
   }
@@ -136,6 +142,7 @@ class NeuronAllocator final : public c10::DeviceAllocator {
     std::lock_guard<std::mutex> lock(mutex_);
     events_.push_back({1, old_handle, new_handle, device, keep_nbytes, new_nbytes});
     tn_pending = static_cast<int64_t>(events_.size());
+    tn_pending_urgent = 1;
   }
 
   // Python takes the queued events, drops their buffers, then hands the
@@ -144,22 +151,33 @@ class NeuronAllocator final : public c10::DeviceAllocator {
     std::lock_guard<std::mutex> lock(mutex_);
     int64_t n = 0;
     while (n < capacity && !events_.empty()) {
-      out[n++] = events_.front();
+      const StorageEvent& e = events_.front();
+      if (e.kind == 0) {
+        auto it = dead_.find(e.handle);
+        if (it != dead_.end()) {
+          taken_.emplace_back(it->first, it->second);
+          dead_.erase(it);
+        }
+      }
+      out[n++] = e;
       events_.pop_front();
     }
     tn_pending = static_cast<int64_t>(events_.size());
+    if (events_.empty()) {
+      pending_bytes_ = 0;
+      tn_pending_urgent = 0;
+    }
     return n;
   }
   int64_t pending_events() {
     std::lock_guard<std::mutex> lock(mutex_);
     return static_cast<int64_t>(events_.size());
   }
-  void release(uint64_t handle) {
+  // Hands back the address ranges of every freed handle taken so far: Python has dropped their buffers.
+  void release_taken() {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = dead_.find(handle);
-    if (it == dead_.end()) return;
-    free_ranges_[it->second].push_back(it->first);
-    dead_.erase(it);
+    for (auto& [addr, rounded] : taken_) free_ranges_[rounded].push_back(addr);
+    taken_.clear();
   }
 
   int device_of(const void* ptr) {
@@ -250,6 +268,8 @@ class NeuronAllocator final : public c10::DeviceAllocator {
   uintptr_t base_ = 0, next_ = 0;
   std::map<uintptr_t, Live> live_;
   std::unordered_map<uintptr_t, size_t> dead_;
+  std::vector<std::pair<uintptr_t, size_t>> taken_;
+  uint64_t pending_bytes_ = 0;
   std::unordered_map<size_t, std::vector<uintptr_t>> free_ranges_;
   std::deque<StorageEvent> events_;
   std::array<DeviceCounters, kMaxDevices> counters_{};
@@ -598,7 +618,7 @@ TN_EXPORT void tn_set_sync_callback(SyncCallback cb) { g_sync_callback = cb; }
 TN_EXPORT void tn_set_memory_limit(int64_t device, int64_t limit) { g_allocator.set_limit(device, limit); }
 TN_EXPORT int64_t tn_pending_events() { return g_allocator.pending_events(); }
 TN_EXPORT int64_t tn_take_events(StorageEvent* out, int64_t capacity) { return g_allocator.take_events(out, capacity); }
-TN_EXPORT void tn_release(uint64_t handle) { g_allocator.release(handle); }
+TN_EXPORT void tn_release_taken() { g_allocator.release_taken(); }
 TN_EXPORT int64_t tn_memory_allocated(int64_t device) { return g_allocator.counters(device).allocated; }
 TN_EXPORT int64_t tn_current_stream(int64_t device) { return g_current_stream.at(device).load(); }
 }

@@ -121,7 +121,7 @@ def _describe_one(desc, kind, value, op) -> None:
 
 
 def run(schema: OpSchema, plans: dict, args, kwargs):
-    storages.drain()
+    storages.maybe_drain()
     desc = describe(schema, args, kwargs)
     buffers = _buffers(desc)
     key = tuple(desc.key) + tuple((b.dtype, b.shape[0]) for b in buffers)

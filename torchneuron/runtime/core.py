@@ -36,7 +36,7 @@ def _load() -> ctypes.CDLL:
         "tn_set_memory_limit": ([i64, i64], None),
         "tn_pending_events": ([], i64),
         "tn_take_events": ([ctypes.POINTER(StorageEvent), i64], i64),
-        "tn_release": ([u64], None),
+        "tn_release_taken": ([], None),
         "tn_memory_allocated": ([i64], i64),
         "tn_current_stream": ([i64], i64),
     }
@@ -47,5 +47,7 @@ def _load() -> ctypes.CDLL:
 
 
 lib = _load()
-# The count of queued storage events, read without a foreign call on every op.
+# Queued storage events, read without a foreign call on every op. `urgent` is set once a growth is
+# queued (it must be applied before buffers are read) or enough frees have piled up to reclaim.
 pending = ctypes.c_int64.in_dll(lib, "tn_pending")
+urgent = ctypes.c_int64.in_dll(lib, "tn_pending_urgent")

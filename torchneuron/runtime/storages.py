@@ -15,11 +15,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import devices
-from .core import EVENT_FREE, EVENT_GROW, StorageEvent, lib, pending
+from .core import EVENT_FREE, EVENT_GROW, StorageEvent, lib, pending, urgent
 
 buffers: dict[int, jax.Array] = {}
 _drain_lock = threading.Lock()
 _EVENTS = (StorageEvent * 256)()
+
+
+def maybe_drain() -> None:
+    """The per-op safe point: apply queued events once a growth waits or frees have piled up.
+    Frees can wait: an address is not reused before its buffer is dropped here."""
+    if urgent.value:
+        drain()
 
 
 def drain() -> None:
@@ -31,13 +38,13 @@ def drain() -> None:
             for e in _EVENTS[:n]:
                 if e.kind == EVENT_FREE:
                     buffers.pop(e.handle, None)
-                    lib.tn_release(e.handle)
                 elif e.kind == EVENT_GROW:
                     old = buffers.get(e.handle)
                     if old is not None:
                         itemsize = old.dtype.itemsize
                         buffers[e.new_handle] = fit(old[: e.nbytes // itemsize], old.dtype,
                                                     e.new_nbytes // itemsize, e.device)
+            lib.tn_release_taken()
 
 
 def bitcast(array: jax.Array, dtype) -> jax.Array:
