@@ -1,6 +1,8 @@
 """Compare an op on neuron against the same op on CPU."""
 from __future__ import annotations
 
+import math
+
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
@@ -23,7 +25,7 @@ def assert_same(cpu_value, neuron_value, rtol=None, atol=None):
             assert n.shape == c.shape and n.dtype == c.dtype, (n.shape, c.shape, n.dtype, c.dtype)
             torch.testing.assert_close(n.cpu(), c, rtol=rtol, atol=atol, equal_nan=True)
         else:
-            assert n == c or (c != c and n != n), (n, c)
+            assert n == c or (math.isnan(c) and math.isnan(n)), (n, c)
 
 
 def check(fn, *args, rtol=None, atol=None, grad=False, **kwargs):

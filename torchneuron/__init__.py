@@ -15,7 +15,7 @@ import torch
 from . import config
 from .runtime import devices  # configures JAX before anything else touches it
 
-__all__ = ["fallback_stats", "ENVIRONMENT"]
+__all__ = ["ENVIRONMENT", "fallback_stats"]
 ENVIRONMENT = config.ENVIRONMENT
 _registered = False
 
@@ -54,4 +54,4 @@ def _autoload() -> None:
 
 _register()
 
-from .eager.fallback import fallback_stats  # noqa: E402
+from .eager.fallback import fallback_stats

@@ -7,7 +7,8 @@ import types
 import torch
 
 from . import random as _random
-from .runtime import devices, synchronize as _sync
+from .runtime import devices
+from .runtime import synchronize as _sync
 
 _initialized = False
 
@@ -123,7 +124,7 @@ class Stream(torch.Stream):
         return super().__new__(cls, device=torch.device("neuron", index), priority=priority, **kwargs)
 
 
-def Event(enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> torch.Event:  # noqa: N802
+def Event(enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> torch.Event:
     """A neuron event (a torch.Event: PyTorch's event methods accept only that exact type)."""
     return torch.Event(device=torch.device("neuron", current_device()), enable_timing=enable_timing,
                        blocking=blocking, interprocess=interprocess)

@@ -16,9 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
-from torch._prims_common import elementwise_dtypes
 
-from ..lowering import LOWERINGS, Lowering
+from ..lowering import LOWERINGS, Lowering, calling
 from ..runtime import devices, storages
 from ..runtime.dtypes import to_jax
 from . import overlap
@@ -33,7 +32,7 @@ _lock = threading.RLock()
 class CallDescription:
     """The tensors and traced scalars of one call, and its cache key."""
 
-    __slots__ = ("key", "tensors", "scalars", "device", "handles")
+    __slots__ = ("device", "handles", "key", "scalars", "tensors")
 
     def __init__(self):
         self.key = []
@@ -180,7 +179,7 @@ def _group_of(desc: CallDescription) -> list[int]:
 class _Slot:
     """A placeholder in the argument template: the n-th tensor or scalar of the call."""
 
-    __slots__ = ("index", "cpu")
+    __slots__ = ("cpu", "index")
 
     def __init__(self, index, cpu=False):
         self.index, self.cpu = index, cpu
@@ -348,61 +347,26 @@ class Plan:
         return fresh
 
     def _compute_dtype(self, margs, mkwargs):
-        kind = self.lowering.promote
-        if kind is None:
-            return None
-        names = self.schema.names
-        values = []
-        for name in self.lowering.promote_args:
-            if name not in names:
-                continue
-            i = names.index(name)
-            v = margs[i] if i < len(margs) else mkwargs.get(name)
-            if v is None:
-                continue
-            if isinstance(v, torch.Tensor) and v.device.type == "cpu":
-                v = v.to("meta")
-            values.append(v)
-        compute, _ = elementwise_dtypes(*values, type_promotion_kind=kind)
-        return to_jax(compute)
+        return calling.compute_dtype(self.lowering, self.schema.names, margs, mkwargs)
 
     # ----------------------------------------------------------- executing
     def _call_lowering(self, values, scalars, rng):
-        compute = self.compute_dtype
-        promote = set(self.lowering.promote_args) if compute is not None else ()
-
-        def fill(node, cast):
+        def fill(node):
             if isinstance(node, _Slot):
                 if node.index >= 0:
-                    v = values[node.index]
-                elif self.static_scalars is not None:
+                    return values[node.index]
+                if self.static_scalars is not None:
                     return self.static_scalars[-node.index - 1]
-                else:
-                    v = scalars[-node.index - 1]
-                return v.astype(compute) if cast and compute is not None else v
+                return scalars[-node.index - 1]
             if isinstance(node, list):
-                return [fill(n, cast) for n in node]
+                return [fill(n) for n in node]
             return node
 
-        names = [n for i, n in enumerate(self.schema.names) if i not in set(self.schema.out_args)]
-        call_args = []
-        for name, node in zip(names, self.template_args):
-            kind = self.schema.kind_by_name[name]
-            call_args.append(fill(node, name in promote or kind in (Kind.SCALAR, Kind.SCALARS)))
-        call_kwargs = {k: fill(node, k in promote or self.schema.kind_by_name[k] in (Kind.SCALAR, Kind.SCALARS))
-                       for k, node in self.template_kwargs.items()}
-        if self.lowering.random:
-            call_kwargs["key"] = jax.random.fold_in(jax.random.key(rng[0]), rng[1])
-        try:
-            result = self.lowering.fn(*call_args, **call_kwargs)
-        except Exception as e:
-            dtypes = ", ".join(str(d) for d in self.dtypes) or "no tensors"
-            raise type(e)(f"neuron: {self.op} failed for dtypes ({dtypes}): {e}") from e
-        return result if isinstance(result, (tuple, list)) and self._multi_return() else (result,)
-
-    def _multi_return(self):
-        f = self.schema.functional
-        return len(f._schema.returns) > 1
+        call_args = [fill(node) for node in self.template_args]
+        call_kwargs = {k: fill(node) for k, node in self.template_kwargs.items()}
+        key = jax.random.fold_in(jax.random.key(rng[0]), rng[1]) if self.lowering.random else None
+        return calling.invoke(self.schema.functional, self.lowering, call_args, call_kwargs,
+                              self.compute_dtype, key)
 
     def _body(self, *flat):
         n_w, n_o = len(self.written_groups), len(self.read_groups)

@@ -34,7 +34,7 @@ def fallback_stats() -> dict[str, int]:
     return dict(counts)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _schema(op):
     return parse(op)
 

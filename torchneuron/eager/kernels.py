@@ -26,7 +26,7 @@ def _has_kernel(op, key: str) -> bool:
     return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _schema(op):
     return parse(op)
 

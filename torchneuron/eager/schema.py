@@ -7,32 +7,12 @@
 from __future__ import annotations
 
 import dataclasses
-import enum
 
 import torch
 
+from ..lowering.calling import Kind, kind_of
+
 aten = torch.ops.aten
-
-
-class Kind(enum.Enum):
-    TENSOR = 1  # Tensor or Tensor?
-    TENSORS = 2  # Tensor[] or Tensor?[]
-    SCALAR = 3  # Scalar or Scalar?: traced
-    SCALARS = 4  # Scalar[]: traced
-    STATIC = 5  # everything else: part of the compile key
-
-
-def kind_of(arg: torch._C.Argument) -> Kind:
-    t = str(arg.type)
-    if t in ("Tensor", "Optional[Tensor]"):
-        return Kind.TENSOR
-    if t in ("List[Tensor]", "List[Optional[Tensor]]"):
-        return Kind.TENSORS
-    if t in ("number", "Optional[number]"):
-        return Kind.SCALAR
-    if t == "List[number]":
-        return Kind.SCALARS
-    return Kind.STATIC
 
 
 @dataclasses.dataclass

@@ -29,7 +29,7 @@ def _load() -> ctypes.CDLL:
     if not found:
         raise ImportError("torchneuron's C++ core is not built: run `pip install --no-build-isolation -e .`")
     lib = ctypes.CDLL(found[0])
-    i64, u64 = ctypes.c_int64, ctypes.c_uint64
+    i64 = ctypes.c_int64
     signatures = {
         "tn_set_device_count": ([i64], None),
         "tn_set_sync_callback": ([SyncCallback], None),

@@ -16,7 +16,7 @@ if config.PLATFORM == "cpu":
         f for f in os.environ.get("XLA_FLAGS", "").split() if "host_platform_device_count" not in f
     ) + " " + flag
 
-import jax  # noqa: E402
+import jax
 
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_default_matmul_precision", "highest")

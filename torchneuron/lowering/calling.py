@@ -1,0 +1,104 @@
+"""Calling a lowering the same way from the eager and the compile drivers.
+
+Both drivers know an op's arguments as JAX arrays (tensors), 0-d arrays or numbers (Scalars) and
+static values; this module casts what the lowering declared (`promote`) to PyTorch's computation
+dtype and calls it.
+"""
+from __future__ import annotations
+
+import enum
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+from torch._prims_common import elementwise_dtypes
+
+from ..runtime.dtypes import to_jax
+from . import Lowering
+
+
+class Kind(enum.Enum):
+    TENSOR = 1  # Tensor or Tensor?
+    TENSORS = 2  # Tensor[] or Tensor?[]
+    SCALAR = 3  # Scalar or Scalar?: traced
+    SCALARS = 4  # Scalar[]: traced
+    STATIC = 5  # everything else: part of the compile key
+
+
+def kind_of(arg: torch._C.Argument) -> Kind:
+    t = str(arg.type)
+    if t in ("Tensor", "Optional[Tensor]"):
+        return Kind.TENSOR
+    if t in ("List[Tensor]", "List[Optional[Tensor]]"):
+        return Kind.TENSORS
+    if t in ("number", "Optional[number]"):
+        return Kind.SCALAR
+    if t == "List[number]":
+        return Kind.SCALARS
+    return Kind.STATIC
+
+
+_SCALAR_ARRAY = {float: np.float64, int: np.int64, bool: np.bool_, complex: np.complex128}
+
+
+def compute_dtype(lowering: Lowering, names: list[str], args, kwargs):
+    """PyTorch's computation dtype for a promoting lowering, from meta/fake tensors and numbers."""
+    if lowering.promote is None:
+        return None
+    values = []
+    for name in lowering.promote_args:
+        if name not in names:
+            continue
+        i = names.index(name)
+        v = args[i] if i < len(args) else kwargs.get(name)
+        if v is None:
+            continue
+        if isinstance(v, torch.Tensor) and v.device.type not in ("meta",) and not _is_fake(v):
+            v = torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
+        values.append(v)
+    compute, _ = elementwise_dtypes(*values, type_promotion_kind=lowering.promote)
+    return to_jax(compute)
+
+
+def _is_fake(t) -> bool:
+    return type(t).__name__ == "FakeTensor"
+
+
+def invoke(op, lowering: Lowering, args, kwargs, compute=None, key=None) -> tuple:
+    """Call `lowering` for functional overload `op`; returns a tuple with one entry per return."""
+    schema_args = op._schema.arguments
+    kinds = {a.name: kind_of(a) for a in schema_args}
+    names = [a.name for a in schema_args]
+    promote = set(lowering.promote_args) if compute is not None else set()
+
+    def prepare(name, value):
+        kind = kinds.get(name, Kind.STATIC)
+        if kind in (Kind.SCALAR, Kind.SCALARS) and not lowering.static_scalars:
+            value = _as_array(value)
+        cast = compute is not None and (name in promote or kind in (Kind.SCALAR, Kind.SCALARS))
+        return _cast(value, compute) if cast else value
+
+    call_args = [prepare(names[i] if i < len(names) else "", v) for i, v in enumerate(args)]
+    call_kwargs = {k: prepare(k, v) for k, v in kwargs.items()}
+    if lowering.random:
+        call_kwargs["key"] = key
+    try:
+        result = lowering.fn(*call_args, **call_kwargs)
+    except Exception as e:
+        dtypes = ", ".join(str(a.dtype) for a in jax.tree_util.tree_leaves(list(args)) if hasattr(a, "dtype"))
+        raise type(e)(f"neuron: {op} failed for dtypes ({dtypes or 'no tensors'}): {e}") from e
+    return tuple(result) if len(op._schema.returns) > 1 else (result,)
+
+
+def _as_array(value):
+    if isinstance(value, (list, tuple)):
+        return [_as_array(v) for v in value]
+    convert = _SCALAR_ARRAY.get(type(value))
+    return jnp.asarray(convert(value)) if convert is not None else value
+
+
+def _cast(value, dtype):
+    if isinstance(value, list):
+        return [_cast(v, dtype) for v in value]
+    return value.astype(dtype) if hasattr(value, "astype") else value
