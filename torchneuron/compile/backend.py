@@ -1,0 +1,235 @@
+"""The Dynamo backend "neuron".
+
+AOTAutograd traces forward and backward graphs of Core ATen ops (functionalized, with PyTorch's
+decompositions); each graph becomes one JAX function built from the SAME lowering table the eager
+driver uses, compiled once by `jax.jit` into one XLA executable. Inputs and outputs are native
+neuron tensors; input mutations (BatchNorm running stats, in-place updates) are written back to the
+real storages after the executable runs. A graph containing an op without a lowering runs as eager
+neuron ops instead, never on CPU.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import operator
+import os
+import threading
+
+import jax
+import numpy as np
+import torch
+import torch.fx
+from torch._decomp import core_aten_decompositions
+from torch._dynamo.backends.common import aot_autograd
+
+from .. import random as neuron_random
+from ..eager import transfer
+from ..lowering import LOWERINGS, calling
+
+log = logging.getLogger("torchneuron.compile")
+_stats = collections.Counter()
+_reasons: list[str] = []
+_lock = threading.Lock()
+
+if os.environ.get("TORCHNEURON_CACHE_DIR"):
+    jax.config.update("jax_compilation_cache_dir", os.environ["TORCHNEURON_CACHE_DIR"])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+_LOG_RECOMPILES = "recompiles" in os.environ.get("TORCHNEURON_LOG", "")
+
+
+def compile_stats() -> dict:
+    """Counts of graphs compiled, executable compiles, cache hits, eager-run graphs, and the reason
+    for every recompilation."""
+    return {**_stats, "recompile_reasons": list(_reasons)}
+
+
+def _unsupported(gm: torch.fx.GraphModule) -> list[str]:
+    missing = set()
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+            if node.target not in LOWERINGS and node.target not in _GRAPH_OPS:
+                missing.add(str(node.target))
+    return sorted(missing)
+
+
+def _copy_into(dst, src):
+    return src  # the write to the real input happens after the executable runs
+
+
+# Graph ops the compiler handles itself rather than through the table.
+_GRAPH_OPS = {torch.ops.aten.copy_.default: _copy_into}
+
+
+class CompiledGraph:
+    """One FX graph of aten ops as one jit-compiled JAX function over neuron tensors."""
+
+    def __init__(self, gm: torch.fx.GraphModule, name: str):
+        self.gm = gm
+        self.name = name
+        self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.random_nodes = [n for n in gm.graph.nodes if n.op == "call_function"
+                             and n.target in LOWERINGS and LOWERINGS[n.target].random]
+        self.mutated_inputs: list[int] = []
+        self.signatures: set = set()
+        # Non-tensor inputs (SymInt sizes under dynamic shapes) are static: they shape the graph.
+        self.jitted = jax.jit(self._run_graph, static_argnums=(1,))
+        _stats["graphs"] += 1
+
+    def _run_graph(self, arrays, statics, rng):
+        _stats["compiles"] += 1  # runs only while JAX traces: once per new input signature
+        inputs, arrays, statics = [], list(arrays), list(statics)
+        for is_array in self.array_mask:
+            inputs.append(arrays.pop(0) if is_array else statics.pop(0))
+        env = {}
+        for node, value in zip(self.placeholders, inputs):
+            env[node] = value
+        mutations = {}
+        base_key = jax.random.key(rng[0]) if rng is not None else None
+        random_index = {n: i for i, n in enumerate(self.random_nodes)}
+        for node in self.gm.graph.nodes:
+            if node.op == "call_function":
+                env[node] = self._call(node, env, mutations, base_key, rng, random_index)
+            elif node.op == "output":
+                outputs = [env[a] if isinstance(a, torch.fx.Node) else a for a in node.args[0]]
+        ordered = sorted(mutations)
+        self.mutated_inputs = ordered
+        return outputs, [mutations[i] for i in ordered]
+
+    def _call(self, node, env, mutations, base_key, rng, random_index):
+        def value(a):
+            if isinstance(a, torch.fx.Node):
+                return env[a]
+            if isinstance(a, (list, tuple)):
+                return type(a)(value(x) for x in a)
+            return a
+
+        args, kwargs = value(node.args), value(node.kwargs)
+        target = node.target
+        if target is operator.getitem:
+            return args[0][args[1]]
+        if target is torch.ops.aten.copy_.default and node.args[0].op == "placeholder":
+            index = self.placeholders.index(node.args[0])
+            new = jax.numpy.broadcast_to(args[1], args[0].shape).astype(args[0].dtype)
+            mutations[index] = new
+            env[node.args[0]] = new
+            return new
+        lowering = LOWERINGS[target]
+        meta_args = _meta_values(node.args)
+        meta_kwargs = _meta_values(node.kwargs)
+        compute = calling.compute_dtype(lowering, [a.name for a in target._schema.arguments], meta_args,
+                                        meta_kwargs)
+        key = None
+        if lowering.random:
+            key = jax.random.fold_in(jax.random.fold_in(base_key, rng[1]), random_index[node])
+        if "device" in kwargs:
+            kwargs = {**kwargs, "device": None}
+        results = calling.invoke(target, lowering, list(args), dict(kwargs), compute, key)
+        return _match_meta(results, node.meta.get("val"), len(target._schema.returns) > 1)
+
+    def __call__(self, *inputs):
+        tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
+        device = next((t.device for t in tensors if t.device.type == "neuron"),
+                      torch.device("neuron", torch.neuron.current_device()))
+        arrays = [_to_array(x, device) for x in inputs]
+        signature = tuple((a.shape, a.dtype) if hasattr(a, "shape") else type(a) for a in arrays)
+        if signature not in self.signatures:
+            if self.signatures:
+                reason = f"{self.name}: new input signature {_describe_change(self.signatures, signature)}"
+                _reasons.append(reason)
+                if _LOG_RECOMPILES:
+                    print(f"torchneuron recompile: {reason}")
+            self.signatures.add(signature)
+        else:
+            _stats["cache_hits"] += 1
+        rng = None
+        if self.random_nodes:
+            seed, offset = neuron_random.next_seed_and_offset(device, None)
+            rng = (np.uint64(seed), np.uint64(offset))
+        self.array_mask = tuple(hasattr(a, "shape") for a in arrays)
+        outputs, mutated = self.jitted([a for a in arrays if hasattr(a, "shape")],
+                                       tuple(a for a in arrays if not hasattr(a, "shape")), rng)
+        for index, new in zip(self.mutated_inputs, mutated):
+            target = inputs[index]
+            transfer.copy_(target, transfer.from_value(new, target.device))
+        return [transfer.from_value(o, device) if hasattr(o, "shape") else o for o in outputs]
+
+
+def _to_array(x, device):
+    if isinstance(x, torch.Tensor):
+        if x.device.type != "neuron":
+            return jax.numpy.asarray(transfer.cpu_numpy(x))
+        return transfer.value_of(x)
+    return x
+
+
+def _meta_values(x):
+    if isinstance(x, torch.fx.Node):
+        return x.meta.get("val")
+    if isinstance(x, (list, tuple)):
+        return type(x)(_meta_values(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _meta_values(v) for k, v in x.items()}
+    return x
+
+
+def _match_meta(results, meta, multi):
+    """Broadcast and cast results to the shapes and dtypes the graph recorded (as the eager driver
+    does with meta kernels)."""
+    from ..runtime.dtypes import to_jax
+
+    def one(r, m):
+        if isinstance(m, torch.Tensor) and hasattr(r, "shape"):
+            return jax.numpy.broadcast_to(r, tuple(m.shape)).astype(to_jax(m.dtype))
+        if isinstance(m, (list, tuple)) and isinstance(r, (list, tuple)):
+            return [one(a, b) for a, b in zip(r, m)]
+        return r
+
+    if multi:
+        return tuple(one(r, m) for r, m in zip(results, meta or [None] * len(results)))
+    return one(results[0], meta)
+
+
+def _describe_change(seen, signature) -> str:
+    previous = next(iter(seen))
+    changes = [f"input {i}: {a} -> {b}" for i, (a, b) in enumerate(zip(previous, signature)) if a != b]
+    return "; ".join(changes[:3]) or "different number of inputs"
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str = "graph"):
+    missing = _unsupported(gm)
+    if missing:
+        # Run the graph as eager neuron ops: slower, never on CPU.
+        _stats["eager_graphs"] += 1
+        log.warning("neuron compile: %s has ops without lowerings (%s); running it eagerly on neuron",
+                    name, ", ".join(missing))
+        return gm
+    compiled = CompiledGraph(gm, name)
+
+    def run(*inputs):
+        return compiled(*inputs)
+
+    run._boxed_call = False
+    return run
+
+
+# PyTorch's Core ATen decompositions, except where the table has a dedicated lowering.
+_DECOMPOSITIONS = {op: fn for op, fn in core_aten_decompositions().items() if op not in LOWERINGS}
+
+
+def _forward(gm, example_inputs):
+    return compile_graph(gm, example_inputs, "forward")
+
+
+def _backward(gm, example_inputs):
+    return compile_graph(gm, example_inputs, "backward")
+
+
+neuron_backend = aot_autograd(fw_compiler=_forward, bw_compiler=_backward, decompositions=_DECOMPOSITIONS,
+                              keep_inference_input_mutations=True)
+
+
+def register() -> None:
+    from torch._dynamo import register_backend
+
+    register_backend(name="neuron")(neuron_backend)
