@@ -119,6 +119,9 @@ def run(schema: OpSchema, plans: dict, args, kwargs):
     desc = describe(schema, args, kwargs)
     buffers = _buffers(desc)
     key = tuple(desc.key) + tuple((b.dtype, b.shape[0]) for b in buffers)
+    lowering = LOWERINGS.get(schema.functional)
+    if lowering is not None and lowering.static_scalars:
+        key += tuple(desc.scalars)  # the scalars shape the result: one plan per value
     plan = plans.get(key)
     if plan is None:
         with _lock:
@@ -195,6 +198,7 @@ class Plan:
         self.layouts = [Layout(tuple(t.shape), tuple(t.stride()), t.storage_offset()) for t in tensors]
         self._slot_source = list(enumerate(args)) + [(schema.names.index(k), v) for k, v in kwargs.items()]
         self.dtypes = [t.dtype for t in tensors]
+        self.static_scalars = list(desc.scalars) if lowering.static_scalars else None
 
         meta_args, meta_kwargs, meta_tensors = self._meta_call(args, kwargs, buffers)
         self.template_args, self.template_kwargs = self._template(args, kwargs)
@@ -246,6 +250,8 @@ class Plan:
                 if id(value) in written_ids and self.schema.out_args:
                     meta_tensors[i] = m
                 return m
+            if isinstance(value, torch.device) and value.type == "neuron":
+                return torch.device("meta")  # a factory's meta call must not dispatch to neuron again
             if isinstance(value, (list, tuple)):
                 return type(value)(convert(v) for v in value)
             return value
@@ -371,6 +377,8 @@ class Plan:
             if isinstance(node, _Slot):
                 if node.index >= 0:
                     v = values[node.index]
+                elif self.static_scalars is not None:
+                    return self.static_scalars[-node.index - 1]
                 else:
                     v = scalars[-node.index - 1]
                 return v.astype(compute) if cast and compute is not None else v

@@ -14,7 +14,7 @@ import torch
 
 from ..lowering import LOWERINGS
 from . import driver, fallback, transfer
-from .schema import parse
+from .schema import inplace_packets, parse
 
 aten = torch.ops.aten
 _lib = torch.library.Library("aten", "IMPL")
@@ -51,7 +51,7 @@ def variants(functional) -> list:
     """`functional` and the overloads whose values it computes (in-place, out=)."""
     name = functional._schema.name.split("::")[1]
     found = [functional]
-    for packet_name in (name, name + "_"):
+    for packet_name in (name, name + "_", *inplace_packets(name)):
         packet = getattr(aten, packet_name, None)
         if packet is None:
             continue

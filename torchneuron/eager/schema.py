@@ -77,6 +77,26 @@ def _signature(schema, drop: set[str]) -> list[tuple[str, str]]:
     return [(a.name, str(a.type)) for a in schema.arguments if a.name not in drop]
 
 
+# In-place ops whose functional overload is not found by dropping the trailing underscore.
+EXPLICIT_FUNCTIONAL = {
+    "normal_.default": "normal_functional.default",
+    "bernoulli_.float": "bernoulli.p",
+}
+
+
+def _explicit_functional(op) -> torch._ops.OpOverload | None:
+    target = EXPLICIT_FUNCTIONAL.get(f"{op._schema.name.split('::')[1]}.{op._overloadname}")
+    if target is None:
+        return None
+    packet, overload = target.split(".")
+    return getattr(getattr(aten, packet), overload)
+
+
+def inplace_packets(functional_name: str) -> list[str]:
+    """Packets holding in-place ops that EXPLICIT_FUNCTIONAL maps to `functional_name`'s overloads."""
+    return [k.split(".")[0] for k, v in EXPLICIT_FUNCTIONAL.items() if v.split(".")[0] == functional_name]
+
+
 def functional_variant(op, written, out_args) -> torch._ops.OpOverload | None:
     """add_.Tensor -> add.Tensor; add.out -> add.Tensor; _native_batch_norm_legit ->
     _native_batch_norm_legit_functional; a functional op -> itself."""
@@ -93,6 +113,9 @@ def functional_variant(op, written, out_args) -> torch._ops.OpOverload | None:
                     (n, t.replace("Tensor(a!)", "Tensor")) for n, t in want]:
                 return candidate
         return None
+    explicit = _explicit_functional(op)
+    if explicit is not None:
+        return explicit
     if name.endswith("_") and written == [0]:
         packet = getattr(aten, name[:-1], None)
         overload = op._overloadname
