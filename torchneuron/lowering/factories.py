@@ -54,10 +54,13 @@ def arange(*args, dtype=None, layout=None, device=None, pin_memory=None):
     return int(start) + int(step) * jnp.arange(length, dtype=jnp.int64)
 
 
-def _linspace_values(start, end, steps: int, compute):
+def _linspace_values(start, end, steps: int, result: torch.dtype, compute):
     """PyTorch's symmetric formula: the first half steps up from start, the second down from end,
-    so that both ends are exact."""
-    start, end = jnp.asarray(start).astype(compute), jnp.asarray(end).astype(compute)
+    so that both ends are exact. Integral results take integral ends (PyTorch truncates them)."""
+    start, end = jnp.asarray(start), jnp.asarray(end)
+    if not (result.is_floating_point or result.is_complex):
+        start, end = start.astype(jnp.int64), end.astype(jnp.int64)
+    start, end = start.astype(compute), end.astype(compute)
     if steps == 1:
         return jnp.reshape(start, (1,))
     step = (end - start) / (steps - 1)
@@ -71,13 +74,14 @@ def linspace(start, end, steps, *, dtype=None, layout=None, device=None, pin_mem
     result = dtype if dtype is not None else torch.get_default_dtype()
     # Integral results are computed in double and truncated, floating ones in their own dtype.
     compute = to_jax(result) if result.is_floating_point or result.is_complex else jnp.float64
-    return _linspace_values(start, end, steps, compute)
+    return _linspace_values(start, end, steps, result, compute)
 
 
 @lowers(aten.logspace.default, aten.logspace.Tensor_Tensor, aten.logspace.Tensor_Scalar,
         aten.logspace.Scalar_Tensor)
 def logspace(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None):
-    return jnp.power(base, _linspace_values(start, end, steps, jnp.float64))
+    result = dtype if dtype is not None else torch.get_default_dtype()
+    return jnp.power(base, _linspace_values(start, end, steps, result, jnp.float64))
 
 
 @lowers(aten.eye.default, aten.eye.m)

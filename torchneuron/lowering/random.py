@@ -65,7 +65,7 @@ def bernoulli(self, *, generator=None, key):
 
 
 @lowers(aten.bernoulli.p, aten.bernoulli.Tensor, random=True)
-def bernoulli_p(self, p, *, generator=None, key):
+def bernoulli_p(self, p=0.5, *, generator=None, key):  # bernoulli_.float defaults p
     return _uniform(key, self.shape, self.dtype) < jnp.asarray(p, _float(self.dtype))
 
 
