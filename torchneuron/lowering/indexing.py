@@ -88,7 +88,8 @@ def _as_1d(x):
 
 @lowers(aten.index_select.default)
 def index_select(self, dim, index):
-    return jnp.take(_as_1d(self), _as_1d(index), axis=dim, mode="clip")
+    out = jnp.take(_as_1d(self), _as_1d(index), axis=dim, mode="clip")
+    return out.reshape(()) if self.ndim == 0 else out
 
 
 @lowers(aten.index_add.default)
