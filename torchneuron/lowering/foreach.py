@@ -21,12 +21,12 @@ def _default_float():
     return to_jax(torch.get_default_dtype())
 
 
-def _compute_dtype(x, other, to_float=False):
-    """PyTorch's promotion of tensor x with `other`: a tensor of the same rank class promotes fully;
-    a scalar or 0-d tensor only lifts x to its category (int -> float)."""
+def _compute_dtype(x, other, to_float=False, tensor=False):
+    """PyTorch's promotion of tensor x with `other`: a tensor promotes fully; a Scalar (or the
+    single 0-d tensor of a .Tensor overload) only lifts x to its category (int -> float)."""
     dtype = x.dtype
     if other is not None:
-        if jnp.ndim(other) > 0:
+        if tensor:
             dtype = jnp.promote_types(dtype, other.dtype)
         elif _floating(other.dtype) and not _floating(dtype):
             dtype = _default_float()
@@ -42,52 +42,43 @@ def _others(self, other) -> list:
     return list(other) if isinstance(other, (list, tuple)) else [other] * len(self)
 
 
-def _map(fn, self, other=None, to_float=False):
+def _map(fn, self, other=None, to_float=False, tensors=False):
     out = []
     for x, y in zip(self, _others(self, other)):
-        dtype = _compute_dtype(x, y, to_float)
+        dtype = _compute_dtype(x, None if y is None else jnp.asarray(y), to_float, tensors)
         out.append(fn(x.astype(dtype), None if y is None else jnp.asarray(y).astype(dtype)))
     return out
 
 
-@lowers(aten._foreach_add.List, aten._foreach_add.Scalar, aten._foreach_add.ScalarList,
-        aten._foreach_add.Tensor)
-def foreach_add(self, other, *, alpha=1):
-    return _map(lambda x, y: x + jnp.asarray(alpha).astype(x.dtype) * y, self, other)
+def _binary(name: str, fn, to_float=False) -> None:
+    """Lower _foreach_<name>'s List overload (full promotion) and its Scalar, ScalarList and
+    Tensor overloads (scalar promotion). fn(x, y, alpha) computes one element."""
+    packet = getattr(aten, f"_foreach_{name}")
+
+    def of_lists(self, other, *, alpha=1):
+        return _map(lambda x, y: fn(x, y, alpha), self, other, to_float, tensors=True)
+
+    def of_scalars(self, other, *, alpha=1):
+        return _map(lambda x, y: fn(x, y, alpha), self, other, to_float)
+
+    lowers(packet.List)(of_lists)
+    lowers(*(getattr(packet, o) for o in ("Scalar", "ScalarList", "Tensor") if o in packet.overloads()))(
+        of_scalars)
 
 
-@lowers(aten._foreach_sub.List, aten._foreach_sub.Scalar, aten._foreach_sub.ScalarList)
-def foreach_sub(self, other, *, alpha=1):
-    return _map(lambda x, y: x - jnp.asarray(alpha).astype(x.dtype) * y, self, other)
+def _scaled(alpha, x):
+    return jnp.asarray(alpha).astype(x.dtype) * x
 
 
-@lowers(aten._foreach_mul.List, aten._foreach_mul.Scalar, aten._foreach_mul.ScalarList,
-        aten._foreach_mul.Tensor)
-def foreach_mul(self, other):
-    return _map(jnp.multiply, self, other)
-
-
-@lowers(aten._foreach_div.List, aten._foreach_div.Scalar, aten._foreach_div.ScalarList,
-        aten._foreach_div.Tensor)
-def foreach_div(self, other):
-    return _map(jnp.divide, self, other, to_float=True)
-
-
-@lowers(aten._foreach_maximum.List, aten._foreach_maximum.Scalar, aten._foreach_maximum.ScalarList,
-        aten._foreach_clamp_min.List, aten._foreach_clamp_min.Scalar, aten._foreach_clamp_min.ScalarList)
-def foreach_maximum(self, other):
-    return _map(jnp.maximum, self, other)
-
-
-@lowers(aten._foreach_minimum.List, aten._foreach_minimum.Scalar, aten._foreach_minimum.ScalarList,
-        aten._foreach_clamp_max.List, aten._foreach_clamp_max.Scalar, aten._foreach_clamp_max.ScalarList)
-def foreach_minimum(self, other):
-    return _map(jnp.minimum, self, other)
-
-
-@lowers(aten._foreach_pow.List, aten._foreach_pow.Scalar, aten._foreach_pow.ScalarList)
-def foreach_pow(self, exponent):
-    return _map(jnp.power, self, exponent)
+_binary("add", lambda x, y, alpha: x + _scaled(alpha, y))
+_binary("sub", lambda x, y, alpha: x - _scaled(alpha, y))
+_binary("mul", lambda x, y, alpha: x * y)
+_binary("div", lambda x, y, alpha: x / y, to_float=True)
+_binary("maximum", lambda x, y, alpha: jnp.maximum(x, y))
+_binary("clamp_min", lambda x, y, alpha: jnp.maximum(x, y))
+_binary("minimum", lambda x, y, alpha: jnp.minimum(x, y))
+_binary("clamp_max", lambda x, y, alpha: jnp.minimum(x, y))
+_binary("pow", lambda x, y, alpha: jnp.power(x, y))
 
 
 @lowers(aten._foreach_pow.ScalarAndTensor)
@@ -97,7 +88,7 @@ def foreach_scalar_pow(self, exponent):
 
 def _addc(combine, self, tensor1, tensor2, scalars):
     out = []
-    for x, a, b, s in zip(self, tensor1, tensor2, _scalars(self, scalars)):
+    for x, a, b, s in zip(self, tensor1, tensor2, _others(self, scalars)):
         dtype = jnp.promote_types(_compute_dtype(x, jnp.asarray(s)), jnp.promote_types(a.dtype, b.dtype))
         s = jnp.asarray(s).astype(dtype)
         # (value * t1) op t2, the order PyTorch's kernel evaluates
@@ -105,21 +96,14 @@ def _addc(combine, self, tensor1, tensor2, scalars):
     return out
 
 
-def _scalars(self, scalars) -> list:
-    """addcmul/addcdiv's value: one Scalar, a Scalar list, or a 1-d tensor of one value per tensor."""
-    if isinstance(scalars, (list, tuple)):
-        return list(scalars)
-    if jnp.ndim(scalars) == 1:
-        return [scalars[i] for i in range(len(self))]
-    return [scalars] * len(self)
-
-
-@lowers(aten._foreach_addcmul.Scalar, aten._foreach_addcmul.ScalarList, aten._foreach_addcmul.Tensor)
+# The .Tensor overloads take their values in a CPU tensor, which the driver cannot pass: they are
+# left to PyTorch's decomposition.
+@lowers(aten._foreach_addcmul.Scalar, aten._foreach_addcmul.ScalarList)
 def foreach_addcmul(self, tensor1, tensor2, scalars=1):
     return _addc(jnp.multiply, self, tensor1, tensor2, scalars)
 
 
-@lowers(aten._foreach_addcdiv.Scalar, aten._foreach_addcdiv.ScalarList, aten._foreach_addcdiv.Tensor)
+@lowers(aten._foreach_addcdiv.Scalar, aten._foreach_addcdiv.ScalarList)
 def foreach_addcdiv(self, tensor1, tensor2, scalars=1):
     return _addc(jnp.divide, self, tensor1, tensor2, scalars)
 
