@@ -206,6 +206,8 @@ class Plan:
             self.meta_out = None
         else:
             self.meta_out = self._run_meta(meta_args, meta_kwargs)
+        # A meta kernel that cannot tell the output shape (x[mask]) makes this call data dependent.
+        self.data_dependent = lowering.data_dependent or (self.meta_out is None and not schema.written)
 
         # out= tensors whose size the op changes are resized first (PyTorch's resize_output).
         for i, mt in enumerate(meta_tensors):
@@ -220,7 +222,7 @@ class Plan:
         self.compute_dtype = self._compute_dtype(meta_args, meta_kwargs)
         self.written_groups = sorted({self.groups[ti] for ti, _ in self.writes})
         self.read_groups = [g for g in range(len(buffers)) if g not in set(self.written_groups)]
-        self.jitted = None if lowering.data_dependent else jax.jit(self._body, donate_argnums=(0,))
+        self.jitted = None if self.data_dependent else jax.jit(self._body, donate_argnums=(0,))
 
     # ------------------------------------------------------------ building
     def _meta_call(self, args, kwargs, buffers):
@@ -331,7 +333,7 @@ class Plan:
     def _fresh(self):
         schema = self.schema
         fresh = []
-        if self.lowering.data_dependent:
+        if self.data_dependent:
             return fresh
         outs = self.meta_out
         if not isinstance(outs, (tuple, list)) or len(schema.op._schema.returns) == 1:
