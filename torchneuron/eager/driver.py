@@ -210,6 +210,8 @@ class Plan:
             self.meta_out = None
         else:
             self.meta_out = self._run_meta(meta_args, meta_kwargs)
+        # A meta kernel that cannot tell the output shape (x[mask]) makes this call data dependent.
+        self.data_dependent = lowering.data_dependent or (self.meta_out is None and not schema.written)
 
         # out= tensors whose size the op changes are resized first (PyTorch's resize_output).
         for i, mt in enumerate(meta_tensors):
@@ -230,7 +232,7 @@ class Plan:
         self.written_tensor = [self.groups.index(g) for g in self.written_groups]
         # Flat positional arguments: JAX dispatches them several microseconds faster than pytrees.
         n_written = len(self.written_groups)
-        self.jitted = None if lowering.data_dependent else jax.jit(
+        self.jitted = None if self.data_dependent else jax.jit(
             self._body, donate_argnums=tuple(range(n_written)))
 
     # ------------------------------------------------------------ building
@@ -328,7 +330,7 @@ class Plan:
     def _fresh(self):
         schema = self.schema
         fresh = []
-        if self.lowering.data_dependent:
+        if self.data_dependent:
             return fresh
         outs = self.meta_out
         if not isinstance(outs, (tuple, list)) or len(schema.op._schema.returns) == 1:

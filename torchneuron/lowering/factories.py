@@ -1,1 +1,89 @@
-"""Lowerings: factories."""
+"""Lowerings: factories (fill, full, arange, linspace, logspace, eye, scalar_tensor).
+
+zeros/ones/full_like/new_* decompose above us into empty + fill_/zero_, whose functional
+forms (fill, zero) are lowered here; empty and empty_like only allocate.
+"""
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+import torch
+
+from ..runtime.dtypes import to_jax
+from . import aten, lowers
+
+
+@lowers(aten.fill.Scalar, aten.fill.Tensor)
+def fill(self, value):
+    return jnp.broadcast_to(jnp.asarray(value).astype(self.dtype), self.shape)
+
+
+@lowers(aten.zero.default)
+def zero(self):
+    return jnp.zeros_like(self)
+
+
+@lowers(aten.full.default)
+def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
+    # The driver casts to the meta dtype (fill_value's kind, or dtype).
+    return jnp.broadcast_to(fill_value, tuple(size))
+
+
+@lowers(aten.scalar_tensor.default)
+def scalar_tensor(s, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return s
+
+
+def _result_dtype(dtype, *values) -> torch.dtype:
+    if dtype is not None:
+        return dtype
+    if all(isinstance(v, (bool, int)) for v in values):
+        return torch.int64
+    return torch.get_default_dtype()
+
+
+@lowers(aten.arange.default, aten.arange.start, aten.arange.start_step, static_scalars=True)
+def arange(*args, dtype=None, layout=None, device=None, pin_memory=None):
+    start, end, step = (0, args[0], 1) if len(args) == 1 else (*args, 1)[:3]
+    length = max(0, math.ceil((end - start) / step))
+    if _result_dtype(dtype, start, end, step).is_floating_point:
+        # PyTorch computes start + i * step in double, then rounds once to the result dtype.
+        return start + step * jnp.arange(length, dtype=jnp.float64)
+    # Integral results step in integers (the scalars truncate first, as in PyTorch's kernel).
+    return int(start) + int(step) * jnp.arange(length, dtype=jnp.int64)
+
+
+def _linspace_values(start, end, steps: int, result: torch.dtype, compute):
+    """PyTorch's symmetric formula: the first half steps up from start, the second down from end,
+    so that both ends are exact. Integral results take integral ends (PyTorch truncates them)."""
+    start, end = jnp.asarray(start), jnp.asarray(end)
+    if not (result.is_floating_point or result.is_complex):
+        start, end = start.astype(jnp.int64), end.astype(jnp.int64)
+    start, end = start.astype(compute), end.astype(compute)
+    if steps == 1:
+        return jnp.reshape(start, (1,))
+    step = (end - start) / (steps - 1)
+    i = jnp.arange(steps)
+    return jnp.where(i < steps // 2, start + step * i.astype(compute), end - step * (steps - 1 - i).astype(compute))
+
+
+@lowers(aten.linspace.default, aten.linspace.Tensor_Tensor, aten.linspace.Tensor_Scalar,
+        aten.linspace.Scalar_Tensor)
+def linspace(start, end, steps, *, dtype=None, layout=None, device=None, pin_memory=None):
+    result = dtype if dtype is not None else torch.get_default_dtype()
+    # Integral results are computed in double and truncated, floating ones in their own dtype.
+    compute = to_jax(result) if result.is_floating_point or result.is_complex else jnp.float64
+    return _linspace_values(start, end, steps, result, compute)
+
+
+@lowers(aten.logspace.default, aten.logspace.Tensor_Tensor, aten.logspace.Tensor_Scalar,
+        aten.logspace.Scalar_Tensor)
+def logspace(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None):
+    result = dtype if dtype is not None else torch.get_default_dtype()
+    return jnp.power(base, _linspace_values(start, end, steps, result, jnp.float64))
+
+
+@lowers(aten.eye.default, aten.eye.m)
+def eye(n, m=None, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return jnp.eye(n, n if m is None else m, dtype=jnp.bool_)

@@ -1,1 +1,236 @@
-"""Lowerings: indexing."""
+"""Lowerings: indexing, gathers and scatters.
+
+Negative indices wrap as in PyTorch (JAX's indexing normalises them). Out-of-range indices,
+which PyTorch rejects, cannot raise inside a compiled computation: gathers clamp them and
+scatters drop them.
+"""
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from . import aten, lowers
+
+
+def _is_mask(index) -> bool:
+    return index.dtype in (jnp.bool_, jnp.uint8)
+
+
+def _key(indices) -> tuple:
+    """PyTorch's Tensor?[] indices as a JAX index: None is a full slice, a mask its True coordinates.
+    Masks need concrete values here: such calls run outside jit (their meta kernel cannot size them)."""
+    key = []
+    for index in indices:
+        if index is None:
+            key.append(slice(None))
+        elif _is_mask(index):
+            key.extend(jnp.nonzero(index))
+        else:
+            key.append(index)
+    return tuple(key)
+
+
+@lowers(aten.index.Tensor, aten._unsafe_index.Tensor)
+def index(self, indices):
+    return self[_key(indices)]
+
+
+def _advanced_axis(self, indices) -> tuple[int, int]:
+    """(position of the advanced-index dims in x[indices], rank of x[indices]) when every
+    advanced index is, or broadcasts to, one dimension (the case with masks)."""
+    used = [i for i, index in enumerate(indices) if index is not None]
+    consumed = sum(index.ndim if _is_mask(index) else 1 for index in indices if index is not None)
+    rank = self.ndim - consumed + 1
+    adjacent = used == list(range(used[0], used[-1] + 1))
+    position = sum(1 if index is None else 0 for index in indices[:used[0]]) if adjacent else 0
+    return position, rank
+
+
+def _put_key(self, indices, values) -> tuple:
+    """The JAX index of an index_put. A mask (traced) becomes its True coordinates padded to a
+    static length: the number of values along the indexed dim when values has one, else the
+    mask's size, padded with an out-of-range index that the scatter drops."""
+    if not any(index is not None and _is_mask(index) for index in indices):
+        return tuple(slice(None) if index is None else index for index in indices)
+    position, rank = _advanced_axis(self, indices)
+    axis = position - (rank - values.ndim)
+    count = values.shape[axis] if 0 <= axis < values.ndim and values.shape[axis] != 1 else None
+    key, dim = [], 0
+    for index in indices:
+        if index is None:
+            key.append(slice(None))
+            dim += 1
+        elif _is_mask(index):
+            size = count if count is not None else index.size
+            coords = jnp.nonzero(index, size=size, fill_value=self.shape[dim])
+            key.extend(coords)
+            dim += index.ndim
+        else:
+            key.append(index)
+            dim += 1
+    return tuple(key)
+
+
+@lowers(aten.index_put.default, aten._index_put_impl.default, aten._unsafe_index_put.default)
+def index_put(self, indices, values, accumulate=False, unsafe=False):
+    at = self.at[_put_key(self, indices, values)]
+    values = values.astype(self.dtype)
+    return at.add(values, mode="drop") if accumulate else at.set(values, mode="drop")
+
+
+def _dim_key(ndim: int, dim: int, index) -> tuple:
+    return (slice(None),) * (dim % ndim) + (index,)
+
+
+def _as_1d(x):
+    """index_* ops accept 0-d tensors, as if they were 1-d."""
+    return x.reshape(1) if x.ndim == 0 else x
+
+
+@lowers(aten.index_select.default)
+def index_select(self, dim, index):
+    out = jnp.take(_as_1d(self), _as_1d(index), axis=dim, mode="clip")
+    return out.reshape(()) if self.ndim == 0 else out
+
+
+@lowers(aten.index_add.default)
+def index_add(self, dim, index, source, *, alpha=1):
+    x = _as_1d(self)
+    source = _as_1d(source).astype(self.dtype) * jnp.asarray(alpha).astype(self.dtype)
+    return x.at[_dim_key(x.ndim, dim, _as_1d(index))].add(source, mode="drop").reshape(self.shape)
+
+
+@lowers(aten.index_copy.default)
+def index_copy(self, dim, index, source):
+    x = _as_1d(self)
+    source = _as_1d(source).astype(self.dtype)
+    return x.at[_dim_key(x.ndim, dim, _as_1d(index))].set(source, mode="drop").reshape(self.shape)
+
+
+@lowers(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
+def index_fill(self, dim, index, value):
+    x = _as_1d(self)
+    value = jnp.asarray(value).astype(self.dtype)
+    return x.at[_dim_key(x.ndim, dim, _as_1d(index))].set(value, mode="drop").reshape(self.shape)
+
+
+def _coords(index, dim: int) -> tuple:
+    """Full coordinates of a gather/scatter: `index` along dim, each element's position elsewhere."""
+    dim = dim % max(index.ndim, 1)
+    grids = jnp.indices(index.shape, sparse=True)
+    return tuple(index if d == dim else grids[d] for d in range(index.ndim))
+
+
+@lowers(aten.gather.default)
+def gather(self, dim, index, *, sparse_grad=False):
+    if self.ndim == 0:
+        return jnp.broadcast_to(self, index.shape)
+    return self[_coords(index, dim)]
+
+
+def _shaped_like(src, index):
+    """The part of src that index covers (scatter's src may be larger than index)."""
+    if jnp.ndim(src) == 0:
+        return src
+    return src[tuple(slice(0, n) for n in index.shape)]
+
+
+_SCATTER = {"add": "add", "sum": "add", "multiply": "multiply", "prod": "multiply", "amax": "max",
+            "amin": "min", None: "set"}
+
+
+def _scatter(self, dim, index, src, reduce):
+    if self.ndim == 0:  # a 0-d tensor scatters as a 1-element vector
+        return _scatter(self.reshape(1), 0, index.reshape(-1), jnp.reshape(src, -1), reduce).reshape(())
+    src = _shaped_like(jnp.asarray(src).astype(self.dtype), index)
+    return getattr(self.at[_coords(index, dim)], _SCATTER[reduce])(src, mode="drop")
+
+
+@lowers(aten.scatter.src, aten.scatter.value)
+def scatter(self, dim, index, src):
+    return _scatter(self, dim, index, src, None)
+
+
+@lowers(aten.scatter.reduce, aten.scatter.value_reduce)
+def scatter_reduce_legacy(self, dim, index, src, *, reduce):
+    return _scatter(self, dim, index, src, reduce)
+
+
+@lowers(aten.scatter_add.default)
+def scatter_add(self, dim, index, src):
+    return _scatter(self, dim, index, src, "add")
+
+
+def _identity(reduce: str, dtype):
+    if reduce in ("sum", "mean"):
+        return jnp.zeros((), dtype)
+    if reduce == "prod":
+        return jnp.ones((), dtype)
+    info = jnp.finfo(dtype) if jnp.issubdtype(dtype, jnp.floating) else jnp.iinfo(dtype)
+    low, high = (-jnp.inf, jnp.inf) if jnp.issubdtype(dtype, jnp.floating) else (info.min, info.max)
+    return jnp.asarray(low if reduce == "amax" else high, dtype)
+
+
+@lowers(aten.scatter_reduce.two)
+def scatter_reduce(self, dim, index, src, reduce, *, include_self=True):
+    base = self if include_self else _scatter(self, dim, index, _identity(reduce, self.dtype), None)
+    out = _scatter(base, dim, index, src, "sum" if reduce == "mean" else reduce)
+    if reduce != "mean":
+        return out
+    ones = jnp.ones(index.shape, self.dtype)
+    count = _scatter(jnp.full(self.shape, 1 if include_self else 0, self.dtype), dim, index, ones, "sum")
+    count = jnp.maximum(count, 1)  # untouched positions keep their value
+    if jnp.issubdtype(self.dtype, jnp.floating):
+        return out / count
+    return jnp.floor_divide(out, count)
+
+
+@lowers(aten.masked_scatter.default)
+def masked_scatter(self, mask, source):
+    mask = jnp.broadcast_to(mask, jnp.broadcast_shapes(self.shape, mask.shape))
+    flat = mask.reshape(-1)
+    # The k-th True element takes source's k-th element (in row-major order).
+    position = jnp.clip(jnp.cumsum(flat) - 1, 0, max(source.size - 1, 0))
+    taken = source.reshape(-1)[position].reshape(mask.shape) if source.size else jnp.zeros(mask.shape)
+    return jnp.where(mask, taken.astype(self.dtype), self)
+
+
+@lowers(aten.take.default)
+def take(self, index):
+    return self.reshape(-1)[index]
+
+
+@lowers(aten.put.default)
+def put(self, index, source, accumulate=False):
+    at = self.reshape(-1).at[index.reshape(-1)]
+    source = source.reshape(-1).astype(self.dtype)
+    return (at.add(source, mode="drop") if accumulate else at.set(source, mode="drop")).reshape(self.shape)
+
+
+@lowers(aten.nonzero.default, data_dependent=True)
+def nonzero(self):
+    if self.ndim == 0:
+        return jnp.zeros((int(self.astype(bool)), 0), jnp.int64)
+    return jnp.stack(jnp.nonzero(self), axis=1).astype(jnp.int64)
+
+
+@lowers(aten.masked_select.default, data_dependent=True)
+def masked_select(self, mask):
+    shape = jnp.broadcast_shapes(self.shape, mask.shape)
+    return jnp.broadcast_to(self, shape)[jnp.broadcast_to(mask, shape)]
+
+
+@lowers(aten.embedding.default)
+def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return jnp.take(weight, indices, axis=0, mode="clip")
+
+
+@lowers(aten.embedding_dense_backward.default)
+def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
+    rows = indices.reshape(-1)
+    grad = grad_output.reshape(rows.shape[0], -1)
+    if padding_idx >= 0:  # the padding row gets no gradient
+        grad = jnp.where((rows == padding_idx)[:, None], 0, grad)
+    if scale_grad_by_freq:
+        counts = jnp.zeros(num_weights, jnp.int64).at[rows].add(1)
+        grad = grad / counts[rows][:, None].astype(grad.dtype)
+    return jnp.zeros((num_weights, grad.shape[1]), grad.dtype).at[rows].add(grad)

@@ -1,0 +1,119 @@
+"""torch.compile(backend="neuron"): one XLA executable per graph, same results as eager and CPU."""
+import pytest
+import torch
+import torch._dynamo
+
+import torchneuron
+from torchneuron.compile import compile_stats
+from torchneuron.testing.models import CNN, GPT, MLP, batches, loss_of
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _inputs(kind):
+    return next(iter(batches(kind, 1, batch=4)))
+
+
+@pytest.mark.parametrize("kind,model_cls", [("mlp", MLP), ("cnn", CNN), ("gpt", GPT)])
+def test_compiled_forward_and_backward_match_eager_and_cpu(kind, model_cls, monkeypatch):
+    monkeypatch.setattr(torchneuron.config, "FALLBACK", "error")
+    torch.manual_seed(0)
+    cpu_model = model_cls()
+    eager_model = model_cls().to("neuron")
+    eager_model.load_state_dict(cpu_model.state_dict())
+    compiled_model = model_cls().to("neuron")
+    compiled_model.load_state_dict(cpu_model.state_dict())
+    compiled = torch.compile(compiled_model, backend="neuron")
+    x, y = _inputs(kind)
+    losses = []
+    for model, device in ((cpu_model, "cpu"), (eager_model, "neuron"), (compiled, "neuron")):
+        loss = loss_of(kind, model, x.to(device), y.to(device))
+        loss.backward()
+        losses.append(loss.item())
+    torch.testing.assert_close(losses[2], losses[0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(losses[2], losses[1], rtol=1e-5, atol=1e-6)
+    for (name, p_cpu), p_compiled in zip(cpu_model.named_parameters(), compiled_model.parameters()):
+        torch.testing.assert_close(p_compiled.grad.cpu(), p_cpu.grad, rtol=1e-4, atol=1e-5, msg=name)
+    # BatchNorm running statistics are graph input mutations: they must land in the real buffers
+    for (name, b_cpu), b_compiled in zip(cpu_model.named_buffers(), compiled_model.buffers()):
+        torch.testing.assert_close(b_compiled.cpu(), b_cpu, rtol=1e-5, atol=1e-6, msg=name)
+    assert compile_stats()["compiles"] >= 2  # a forward and a backward executable
+    assert compile_stats().get("eager_graphs", 0) == 0
+
+
+def test_compiled_training_step_matches_eager():
+    torch.manual_seed(0)
+    eager_model = GPT().to("neuron")
+    compiled_model = GPT().to("neuron")
+    compiled_model.load_state_dict(eager_model.state_dict())
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (eager_model, compiled_model)]
+
+    def step(model, opt, x, y):
+        loss = model(x, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    compiled_step = torch.compile(step, backend="neuron")
+    for x, y in batches("gpt", 3, batch=4):
+        x, y = x.to("neuron"), y.to("neuron")
+        a = step(eager_model, opts[0], x, y)
+        b = compiled_step(compiled_model, opts[1], x, y)
+        torch.testing.assert_close(b.cpu(), a.cpu(), rtol=1e-4, atol=1e-5)
+    for pa, pb in zip(eager_model.parameters(), compiled_model.parameters()):
+        torch.testing.assert_close(pb.cpu(), pa.cpu(), rtol=1e-4, atol=1e-5)
+
+
+def test_graph_break_runs_on_neuron(monkeypatch):
+    monkeypatch.setattr(torchneuron.config, "FALLBACK", "error")
+
+    def fn(x):
+        y = torch.relu(x) * 2
+        torch._dynamo.graph_break()
+        return (y + 1).sum()
+
+    x = torch.randn(8)
+    out = torch.compile(fn, backend="neuron")(x.to("neuron"))
+    assert out.device.type == "neuron"
+    torch.testing.assert_close(out.cpu(), fn(x))
+
+
+def test_inference_input_mutation_lands_in_storage():
+    def fn(x, buf):
+        buf.add_(x)
+        return buf * 2
+
+    x = torch.randn(5).to("neuron")
+    buf = torch.zeros(5).to("neuron")
+    out = torch.compile(fn, backend="neuron")(x, buf)
+    torch.testing.assert_close(buf.cpu(), x.cpu())
+    torch.testing.assert_close(out.cpu(), 2 * x.cpu())
+
+
+def test_recompiles_are_counted_with_reasons():
+    fn = torch.compile(lambda x: (x * 2).sum(), backend="neuron", dynamic=False)
+    for n in (4, 4, 6):
+        fn(torch.randn(n).to("neuron"))
+    stats = compile_stats()
+    assert stats["cache_hits"] >= 1
+
+
+def test_dynamic_sequence_lengths_compile_a_bounded_number_of_times():
+    torch.manual_seed(0)
+    model = GPT().to("neuron").eval()
+    compiled = torch.compile(model, backend="neuron", dynamic=True)
+    before = compile_stats().get("compiles", 0)
+    for t in (3, 5, 6, 8, 9, 11, 13, 16):
+        idx = torch.randint(0, 64, (2, t))
+        with torch.no_grad():
+            out = compiled(idx.to("neuron"))
+            ref = model(idx.to("neuron"))
+        torch.testing.assert_close(out.cpu(), ref.cpu(), rtol=1e-4, atol=1e-5)
+    # one executable per distinct length at most (see docs/COMPILE.md for the bound)
+    assert compile_stats()["compiles"] - before <= 8

@@ -1,0 +1,180 @@
+import pytest
+import torch
+from reference import check
+
+import torchneuron
+
+
+@pytest.fixture(autouse=True)
+def no_fallback():
+    saved = torchneuron.config.FALLBACK
+    torchneuron.config.FALLBACK = "error"
+    yield
+    torchneuron.config.FALLBACK = saved
+    assert not torchneuron.fallback_stats()
+
+
+DTYPES = [torch.float32, torch.float64, torch.int64, torch.bool, torch.bfloat16]
+
+
+def make(shape, dtype=torch.float32):
+    x = torch.randn(shape) * 5
+    return x > 0 if dtype is torch.bool else x.to(dtype)
+
+
+def idx(*values):
+    return torch.tensor(values)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_index_advanced(dtype):
+    x = make((4, 5, 3), dtype)
+    i = idx(0, -1, 2)
+    check(lambda t, i: t[i], x, i)
+    check(lambda t, i: t[:, i], x, i)
+    check(lambda t, i: t[i, i], x, i)
+    check(lambda t, i: t[i, :, idx(0, 1, -1).to(t.device)], x, i)
+    check(lambda t, i: t[None, ..., i.view(3, 1)], x, i)
+    check(lambda t, i: t[i.view(3, 1), idx(1, 2).to(t.device)], x, i)
+
+
+def test_index_noncontiguous_and_0d():
+    x = make((6, 5))
+    check(lambda t, i: t.t()[i], x, idx(1, -2))
+    check(lambda t, i: t[::2][:, i], x, idx(4, 0))
+    check(lambda t, i: t[i], x, torch.tensor(-1))
+    check(lambda t, i: t[i], x, torch.tensor([], dtype=torch.int64))
+
+
+def test_index_bool_mask():
+    x = make((4, 5))
+    check(lambda t, m: t[m], x, x > 0)
+    check(lambda t, m: t[m[:, 0]], x, x > 0)
+    check(lambda t, m: t[:, m[0]], x, x > 0)
+    check(lambda t, m: t[m[:, 0], 1], x, x > 0)
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bfloat16])
+def test_index_put(accumulate, dtype):
+    x = make((5, 4), dtype)
+    i = idx(0, -1, 2) if not accumulate else idx(0, -1, 0, 4)
+    v = make((len(i), 4), dtype)
+    check(lambda t, i, v: t.clone().index_put_((i,), v, accumulate=accumulate), x, i, v)
+    cols = idx(3, -1, 0, 3)[:len(i)]
+    check(lambda t, i, v: torch.ops.aten.index_put(t, [None, i], v, accumulate), x, cols, make((5, len(i)), dtype))
+    check(lambda t, i, j, v: t.clone().index_put_((i, j), v[:, 0], accumulate=accumulate), x, i, cols, v)
+    check(lambda t, i, v: t.clone().index_put_((i,), v[0, :1], accumulate=accumulate), x, i, v)
+
+
+def test_setitem_forms():
+    x = make((5, 4))
+
+    def set_scalar(t, m):
+        y = t.clone()
+        y[m] = 0.5
+        return y
+
+    def set_values(t, m):
+        y = t.clone()
+        y[m] = t[m] * 2
+        return y
+
+    def set_rows(t, m):
+        y = t.clone()
+        y[m[:, 0]] = -1.0
+        y[idx(1, -1).to(t.device), 2] = 7.0
+        return y
+
+    def set_transposed(t, i):
+        y = t.clone().t()
+        y[:, i] = 3.0
+        return y
+
+    check(set_scalar, x, x > 0)
+    check(set_values, x, x > 0)
+    check(set_rows, x, x > 0)
+    check(set_transposed, x, idx(0, -2))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_index_select_gather(dtype):
+    x = make((4, 5), dtype)
+    check(lambda t, i: torch.index_select(t, 1, i), x, idx(4, 0, 0))
+    check(lambda t, i: torch.index_select(t, -2, i), x, idx(3, 1))
+    check(lambda t, i: torch.index_select(t, 0, i), make((), dtype), torch.tensor([0]))
+    check(lambda t, i: torch.gather(t, 1, i), x, idx([0, 1], [4, 4], [2, 0], [1, 3]))
+    check(lambda t, i: torch.gather(t, 0, i), x, idx([0, 3, 1]))
+    check(lambda t, i: torch.gather(t.t(), 0, i), x, idx([0, 3], [1, 2]))
+
+
+def test_gradients():
+    x = make((5, 4))
+    check(lambda t, i: t[i], x, idx(0, -1, 0, 2), grad=True)
+    check(lambda t, i: t[:, i] * 2, x, idx(3, 3), grad=True)
+    check(lambda t, i: torch.index_select(t, 0, i), x, idx(1, 1, 4), grad=True)
+    check(lambda t, i: torch.gather(t, 1, i), x, idx([0, 0], [1, 3], [2, 2], [3, 1], [0, 1]), grad=True)
+    check(lambda t, i: torch.nn.functional.embedding(i, t), x, idx([0, 1], [4, 4]), grad=True)
+    check(lambda t, i: torch.nn.functional.embedding(i, t, padding_idx=1, scale_grad_by_freq=True), x,
+          idx([0, 1], [4, 4]), grad=True)
+
+
+SCATTER_INDEX = idx([0, 1], [2, 2], [4, 0], [1, 1])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64])
+def test_scatter(dtype):
+    x, src = make((4, 5), dtype), make((4, 3), dtype)
+    check(lambda t, i, s: t.scatter(1, i, s), x, idx([0, 1], [2, 3], [4, 0], [1, 2]), src)
+    check(lambda t, i: t.scatter(1, i, 2), x, SCATTER_INDEX)
+    check(lambda t, i, s: t.scatter(1, i, s, reduce="add"), x, SCATTER_INDEX, src)
+    check(lambda t, i, s: t.scatter(1, i, s, reduce="multiply"), x, SCATTER_INDEX, src)
+    check(lambda t, i: t.scatter(1, i, 3, reduce="add"), x, SCATTER_INDEX)
+    check(lambda t, i, s: t.scatter_add(1, i, s), x, SCATTER_INDEX, src)
+    check(lambda t, i, s: t.clone().scatter_add_(0, i, s), x, idx([0, 1, 2], [0, 0, 3]), src)
+    check(lambda t, i, s: t.t().scatter_add(0, i.t(), s.t()), x, SCATTER_INDEX, src)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_scatter_reduce(reduce, include_self, dtype):
+    x, src = make((4, 5), dtype), make((4, 3), dtype)
+    check(lambda t, i, s: t.scatter_reduce(1, i, s, reduce, include_self=include_self), x, SCATTER_INDEX, src)
+    check(lambda t, i, s: t.clone().scatter_reduce_(0, i, s, reduce, include_self=include_self), x,
+          idx([0, 0, 3], [0, 2, 3]), src)
+
+
+def test_index_add_copy_fill():
+    x = make((5, 4))
+    check(lambda t, i, s: t.index_add(0, i, s, alpha=2), x, idx(0, 4, 0), make((3, 4)))
+    check(lambda t, i, s: t.clone().index_add_(1, i, s), x, idx(3, 1), make((5, 2)))
+    check(lambda t, i, s: t.index_add(0, i, s), make((5,), torch.int64), idx(1, 1), idx(2, 3))
+    check(lambda t, i, s: t.index_copy(0, i, s), x, idx(0, 4, 2), make((3, 4)))
+    check(lambda t, i, s: t.clone().index_copy_(1, i, s), x, idx(3, 1), make((5, 2)))
+    check(lambda t, i: t.index_fill(1, i, -1.5), x, idx(0, -1))
+    check(lambda t, i: t.clone().index_fill_(0, i, torch.tensor(2.0, device=t.device)), x, idx(2,))
+    check(lambda t, i: t.index_fill(0, i, 3), make((), torch.int64), torch.tensor([0]))
+
+
+def test_masked_scatter_take_put():
+    x = make((4, 5))
+    check(lambda t, m, s: t.masked_scatter(m, s), x, x > 0, make((30,)))
+    check(lambda t, m, s: t.clone().masked_scatter_(m, s), x, (x > 0)[0], make((30,)))
+    check(lambda t, i: torch.take(t, i), x, idx([0, -1], [19, 7]))
+    check(lambda t, i: torch.take(t.t(), i), x, idx(3, -4))
+    check(lambda t, i, s: t.clone().put_(i, s), x, idx(0, -1, 5), make((3,)))
+    check(lambda t, i, s: t.clone().put_(i, s, accumulate=True), x, idx(0, 0, -1), make((3,)))
+    check(lambda t, i, s: t.put(i, s), x, idx([1, 2]), make((2,)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_nonzero_masked_select(dtype):
+    x = make((4, 5), dtype)
+    check(torch.nonzero, x)
+    check(lambda t: torch.nonzero(t.t()[::2]), x)
+    check(torch.nonzero, make((), dtype))
+    check(torch.nonzero, torch.zeros(3, 0, dtype=dtype))
+    check(lambda t, m: torch.masked_select(t, m), x, make((4, 5), torch.bool))
+    check(lambda t, m: torch.masked_select(t, m), x, make((5,), torch.bool))
+    check(lambda t: torch.argwhere(t), x)
