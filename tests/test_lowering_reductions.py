@@ -353,3 +353,12 @@ def test_inplace_cumsum():
 def test_sum_mean_prod_logsumexp_grad():
     x = torch.randn(3, 4, dtype=torch.float64)
     check_grad(lambda t: (t.sum(0), t.mean(1), t.prod(1), t.logsumexp(1), t.std(0)), x)
+
+
+def test_unsigned_bool_complex_and_empty_k():
+    u = torch.tensor([3, 1, 255, 0, 1], dtype=torch.uint8)
+    check(lambda t: (t.sort(stable=True, descending=True), t.topk(2), t.cumsum(0), t.sum(), t.max(0)), u)
+    check(lambda t: (t.max(1), t.min(0), t.amax(0)), torch.tensor([[False, True, True], [False, False, False]]))
+    check(lambda t: t.topk(0), torch.randn(4, 5))  # an empty result with strides (1, 1)
+    check(lambda t: (t.max(0), t.min(0), t.amax()), torch.tensor([0.0, -0.0, -0.0]))
+    check(lambda t: (t.sum(0), t.mean(1), t.var(0), t.cumsum(1), t.norm()), torch.randn(3, 4, dtype=torch.complex64))
