@@ -74,7 +74,7 @@ def cpu_numpy(t: torch.Tensor) -> np.ndarray:
 
 
 def host_tensor(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-    array = np.ascontiguousarray(array)
+    array = np.ascontiguousarray(array).reshape(np.shape(array))  # ascontiguousarray makes 0-d 1-d
     if dtype in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2, torch.uint16, torch.uint32,
                  torch.uint64):
         raw = {1: np.uint8, 2: np.int16, 4: np.int32, 8: np.int64}[array.dtype.itemsize]

@@ -11,6 +11,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+import torch
 from jax import lax
 
 from . import aten, lowers
@@ -275,13 +276,23 @@ def native_batch_norm_legit_no_stats(input, weight, bias, training, momentum, ep
     return _batch_norm_train(input, weight, bias, eps)[:3]
 
 
-@lowers(aten.native_batch_norm.default)
-def native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
-    # The schema does not mark the running stats as written, so they cannot be updated here;
-    # F.batch_norm reaches _native_batch_norm_legit instead, which does.
-    if training or running_mean is None:
-        return _batch_norm_train(input, weight, bias, eps)[:3]
-    return _batch_norm_eval(input, weight, bias, running_mean, running_var, eps)
+def _native_batch_norm_redirect(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    """aten.native_batch_norm (what F.batch_norm reaches) updates the running stats in place, but
+    its schema does not say so, so a lowering could not write them back. Like PyTorch's own
+    decomposition of it, run the correctly annotated _native_batch_norm_legit ops instead."""
+    if running_mean is None:
+        return aten._native_batch_norm_legit.no_stats(input, weight, bias, training, momentum, eps)
+    if training:
+        return aten._native_batch_norm_legit(input, weight, bias, running_mean, running_var, training,
+                                             momentum, eps)
+    return aten._native_batch_norm_legit_no_training(input, weight, bias, running_mean, running_var,
+                                                     momentum, eps)
+
+
+# Registered before the lowering table's kernels; below autograd, so the backward stays
+# native_batch_norm_backward.
+_redirects = torch.library.Library("aten", "IMPL")
+_redirects.impl(aten.native_batch_norm.default, _native_batch_norm_redirect, "PrivateUse1")
 
 
 @lowers(aten.native_batch_norm_backward.default)
