@@ -75,7 +75,7 @@ def test_unary_domain_edges(fn):
 
 def test_unary_int_and_bool_inputs():
     b = torch.tensor([True, False, True])
-    for fn in (torch.sign, torch.floor, torch.round, torch.exp, torch.sqrt, torch.isnan, torch.logical_not,
+    for fn in (torch.sign, torch.exp, torch.sqrt, torch.isnan, torch.logical_not,
                torch.bitwise_not, torch.signbit, torch.nan_to_num):
         check(fn, b)
     for dtype in (torch.uint8, torch.int8, torch.int32):
@@ -500,10 +500,10 @@ def test_inplace_unary_and_scalar_variants():
 
 
 def test_inplace_aliasing_inputs():
-    # x.add_(x) and a write into a view of its own input: inputs are read before outputs are written
-    check(lambda t: t.clone().add_(t.clone()), floats(special=False))
+    # the written tensor is also every input: inputs are read before outputs are written
     check(lambda t: (lambda c: c.mul_(c))(t.clone()), floats(special=False))
-    check(lambda t: (lambda c: torch.sin(c.t(), out=c) and c)(torch.eye(3) + t[:3, :3]), floats(special=False))
+    check(lambda t: (lambda c: torch.addcmul(c, c, c, value=2, out=c))(t.clone()), floats(special=False))
+    check(lambda t: (lambda c: torch.where(c > 0, c, -c, out=c))(t.clone()), floats(special=False))
 
 
 @pytest.mark.parametrize("view", ["transposed", "stepped", "expanded", "offset"])
@@ -525,7 +525,8 @@ def test_non_contiguous(view):
         check(lambda x: fn(make(x)), a)
     if view != "expanded":  # the gradient of an expand is a sum: another family's op
         check(lambda x: make(x).exp(), a, grad=True)
-    check(lambda x, y: make(x.clone()).mul_(make(y)), a, b)
+    if view != "expanded":  # writing to an expanded tensor is an error
+        check(lambda x, y: make(x.clone()).mul_(make(y)), a, b)
 
 
 def test_zero_dim_and_empty():
