@@ -225,6 +225,44 @@ def digamma(self):
     return jnp.where(self == 0, jnp.copysign(_const(jnp.inf, self), -self), lax.digamma(self))
 
 
+@lowers(aten.polygamma.default, promote=INT_TO_FLOAT, promote_args=SELF)
+def polygamma(n, self):
+    if n == 0:
+        return digamma(self)
+    value = jax.scipy.special.polygamma(n, self)
+    if n == 1:  # PyTorch's trigamma tends to 0 at +inf, where the series gives NaN
+        value = jnp.where(self == jnp.inf, jnp.zeros_like(value), value)
+    return value
+
+
+@lowers(aten.mvlgamma.default, promote=INT_TO_FLOAT, promote_args=SELF)
+def mvlgamma(self, p):
+    offsets = jnp.arange(p, dtype=self.dtype) * -0.5
+    terms = lax.lgamma(self[..., None] + offsets).sum(-1)
+    return terms + _const(p * (p - 1) / 4 * math.log(math.pi), self)
+
+
+def _incomplete_gamma(a, x, fn, at_zero_x):
+    """PyTorch's edge cases around the regularized incomplete gamma function `fn`
+    (at_zero_x: its value at x == 0, where `1 - at_zero_x` is the value as x or 1/a grows)."""
+    nan, low, high = _const(jnp.nan, a), _const(at_zero_x, a), _const(1 - at_zero_x, a)
+    value = jnp.where(jnp.isinf(x), high, fn(a, x))
+    value = jnp.where(jnp.isinf(a), jnp.where(jnp.isinf(x), nan, low), value)
+    value = jnp.where(x == 0, low, value)
+    value = jnp.where(a == 0, jnp.where(x > 0, high, nan), value)
+    return jnp.where((x < 0) | (a < 0), nan, value)
+
+
+@lowers(aten.igamma.default, promote=DEFAULT)
+def igamma(self, other):
+    return _incomplete_gamma(self, other, jax.scipy.special.gammainc, 0)
+
+
+@lowers(aten.igammac.default, promote=DEFAULT)
+def igammac(self, other):
+    return _incomplete_gamma(self, other, jax.scipy.special.gammaincc, 1)
+
+
 @lowers(aten.logit.default, promote=INT_TO_FLOAT, promote_args=SELF)
 def logit(self, eps=None):
     x = self if eps is None else jnp.clip(self, eps, 1 - eps)
@@ -251,6 +289,27 @@ def angle(self):
 @lowers(aten._conj_physical.default)
 def conj_physical(self):
     return jnp.conj(self) if _is_complex(self) else self
+
+
+@lowers(aten.complex.default)
+def complex_(real, imag):
+    return lax.complex(real, imag)
+
+
+@lowers(aten.polar.default)
+def polar(abs, angle):
+    return lax.complex(abs * jnp.cos(angle), abs * jnp.sin(angle))
+
+
+@lowers(aten.ldexp.Tensor, promote=INT_TO_FLOAT)
+def ldexp(self, other):
+    return self * jnp.exp2(other)
+
+
+@lowers(aten.frexp.Tensor)
+def frexp(self):
+    mantissa, exponent = jnp.frexp(self)
+    return mantissa, exponent.astype(jnp.int32)
 
 
 # ------------------------------------------------------------ binary math
