@@ -1,19 +1,53 @@
-"""Lowerings: elementwise arithmetic, comparison, logic and math functions."""
+"""Lowerings: elementwise arithmetic, comparison, logic, math functions and activations.
+
+Conventions: with `promote=` the driver has already cast the promoted tensors and every traced
+Scalar to PyTorch's computation dtype (float32 for half types), so these functions compute in
+that dtype; the driver casts the result to the op's result dtype. Formulas follow PyTorch's CPU
+kernels where the choice of formula changes values (division, rounding, NaN handling).
+"""
 from __future__ import annotations
 
+import math
+
+import jax
 import jax.numpy as jnp
+import torch
+from jax import lax
 
-from . import ALWAYS_BOOL, DEFAULT, INT_TO_FLOAT, aten, lowers
+from ..runtime.dtypes import to_jax
+from . import DEFAULT, INT_TO_FLOAT, NO_OPMATH, aten, lowers
+
+SELF = ("self",)
+GRAD_SELF = ("grad_output", "self")
 
 
+def _is_exact(x) -> bool:
+    """Integer or bool: rounding functions are the identity on these."""
+    return jnp.issubdtype(x.dtype, jnp.integer) or x.dtype == jnp.bool_
+
+
+def _is_complex(x) -> bool:
+    return jnp.issubdtype(x.dtype, jnp.complexfloating)
+
+
+def _const(value, like):
+    return jnp.asarray(value, dtype=like.dtype)
+
+
+# ------------------------------------------------------------------ arithmetic
 @lowers(aten.add.Tensor, aten.add.Scalar, promote=DEFAULT)
 def add(self, other, alpha=1):
-    return self + other * alpha if not (isinstance(alpha, int) and alpha == 1) else self + other
+    return self + other * alpha
 
 
 @lowers(aten.sub.Tensor, aten.sub.Scalar, promote=DEFAULT)
 def sub(self, other, alpha=1):
-    return self - other * alpha if not (isinstance(alpha, int) and alpha == 1) else self - other
+    return self - other * alpha
+
+
+@lowers(aten.rsub.Tensor, aten.rsub.Scalar, promote=DEFAULT)
+def rsub(self, other, alpha=1):
+    return other - self * alpha
 
 
 @lowers(aten.mul.Tensor, aten.mul.Scalar, promote=DEFAULT)
@@ -26,14 +60,75 @@ def div(self, other):
     return self / other
 
 
-@lowers(aten.eq.Tensor, aten.eq.Scalar, promote=DEFAULT)
-def eq(self, other):
-    return self == other
+def _floor_divide_float(a, b):
+    # PyTorch's div_floor_floating: floor((a - fmod(a, b)) / b), corrected so the quotient is
+    # the exact floor even where a / b rounds up to an integer.
+    mod = jnp.fmod(a, b)
+    quotient = (a - mod) / b
+    quotient = jnp.where((mod != 0) & ((b < 0) != (mod < 0)), quotient - 1, quotient)
+    floored = jnp.floor(quotient)
+    floored = jnp.where(quotient - floored > 0.5, floored + 1, floored)
+    floored = jnp.where(quotient == 0, jnp.copysign(jnp.zeros_like(a), a / b), floored)
+    return jnp.where(b == 0, a / b, floored)
 
 
-@lowers(aten.lt.Tensor, aten.lt.Scalar, promote=DEFAULT)
-def lt(self, other):
-    return self < other
+def _divide(a, b, rounding_mode):
+    if rounding_mode is None:
+        if _is_exact(a):  # true division of integers computes in the default float dtype
+            dtype = to_jax(torch.get_default_dtype())
+            return a.astype(dtype) / b.astype(dtype)
+        return a / b
+    if rounding_mode == "trunc":
+        return lax.div(a, b) if _is_exact(a) else jnp.trunc(a / b)
+    if _is_exact(a):
+        return jnp.floor_divide(a, b)
+    return _floor_divide_float(a, b)
+
+
+@lowers(aten.div.Tensor_mode, aten.div.Scalar_mode, promote=DEFAULT)
+def div_mode(self, other, *, rounding_mode=None):
+    return _divide(self, other, rounding_mode)
+
+
+@lowers(aten.floor_divide.default, aten.floor_divide.Scalar, promote=DEFAULT)
+def floor_divide(self, other):
+    return _divide(self, other, "floor")
+
+
+@lowers(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor, promote=DEFAULT)
+def remainder(self, other):
+    # jnp.remainder is fmod shifted by the divisor when the signs differ: PyTorch's rule
+    return jnp.remainder(self, other)
+
+
+@lowers(aten.fmod.Tensor, aten.fmod.Scalar, promote=DEFAULT)
+def fmod(self, other):
+    return jnp.fmod(self, other)
+
+
+@lowers(aten.pow.Tensor_Tensor, aten.pow.Scalar, promote=DEFAULT, promote_args=("self", "exponent"))
+def power(self, exponent):
+    if not _is_exact(self) or self.dtype == jnp.bool_:
+        return jnp.power(self, exponent)
+    # integer powers: a negative exponent gives 0 except for bases 1 and -1
+    positive = jnp.power(self, jnp.maximum(exponent, 0))
+    one = jnp.ones_like(positive)
+    negative = jnp.where(self == 1, one, jnp.where(self == -1, jnp.where(exponent % 2 == 0, one, -one), 0 * one))
+    return jnp.where(exponent < 0, negative, positive)
+
+
+@lowers(aten.pow.Tensor_Scalar, promote=DEFAULT, promote_args=("self", "exponent"))
+def power_scalar(self, exponent):
+    if not jnp.issubdtype(self.dtype, jnp.floating):
+        return power(self, exponent)
+    # PyTorch's CPU kernel turns these exponents into sqrt, rsqrt and products, which differ from
+    # pow at -0 and -inf (pow(-inf, 0.5) is inf, sqrt(-inf) is NaN) and in rounding
+    special = ((0.5, jnp.sqrt(self)), (-0.5, lax.rsqrt(self)), (2, self * self), (3, self * self * self),
+               (-1, 1 / self), (-2, 1 / (self * self)))
+    result = jnp.power(self, exponent)
+    for value, replacement in special:
+        result = jnp.where(exponent == value, replacement, result)
+    return result
 
 
 @lowers(aten.neg.default)
@@ -41,14 +136,594 @@ def neg(self):
     return -self
 
 
-@lowers(aten.exp.default, promote=INT_TO_FLOAT, promote_args=("self",))
-def exp(self):
-    return jnp.exp(self)
+@lowers(aten.abs.default)
+def absolute(self):
+    return self if self.dtype == jnp.bool_ else jnp.abs(self)
 
 
+@lowers(aten.sign.default)
+def sign(self):
+    if self.dtype == jnp.bool_:
+        return self
+    # (x > 0) - (x < 0): NaN has sign 0 in PyTorch
+    return (self > 0).astype(self.dtype) - (self < 0).astype(self.dtype)
+
+
+@lowers(aten.sgn.default)
+def sgn(self):
+    if not _is_complex(self):
+        return sign(self)
+    magnitude = jnp.abs(self)
+    return jnp.where(magnitude == 0, jnp.zeros_like(self), self / magnitude)
+
+
+@lowers(aten.reciprocal.default, promote=INT_TO_FLOAT, promote_args=SELF)
+def reciprocal(self):
+    return 1 / self
+
+
+@lowers(aten.rsqrt.default, promote=INT_TO_FLOAT, promote_args=SELF)
+def rsqrt(self):
+    return 1 / jnp.sqrt(self) if _is_complex(self) else lax.rsqrt(self)
+
+
+@lowers(aten.addcmul.default, promote=DEFAULT, promote_args=("self", "tensor1", "tensor2"))
+def addcmul(self, tensor1, tensor2, *, value=1):
+    return self + value * tensor1 * tensor2
+
+
+@lowers(aten.addcdiv.default, promote=DEFAULT, promote_args=("self", "tensor1", "tensor2"))
+def addcdiv(self, tensor1, tensor2, *, value=1):
+    return self + value * (tensor1 / tensor2)
+
+
+@lowers(aten.lerp.Scalar, aten.lerp.Tensor, promote=DEFAULT, promote_args=("self", "end", "weight"))
+def lerp(self, end, weight):
+    # PyTorch interpolates from whichever end is nearer, so lerp(a, b, 1) is exactly b
+    diff = end - self
+    return jnp.where(jnp.abs(weight) < 0.5, self + weight * diff, end - diff * (1 - weight))
+
+
+# ------------------------------------------------------------ unary math (int -> float)
+_FLOAT_UNARY = {
+    aten.sqrt.default: jnp.sqrt,
+    aten.exp.default: jnp.exp,
+    aten.exp2.default: jnp.exp2,
+    aten.expm1.default: jnp.expm1,
+    aten.log.default: jnp.log,
+    aten.log2.default: jnp.log2,
+    aten.log10.default: jnp.log10,
+    aten.log1p.default: jnp.log1p,
+    aten.sin.default: jnp.sin,
+    aten.cos.default: jnp.cos,
+    aten.tan.default: jnp.tan,
+    aten.asin.default: jnp.arcsin,
+    aten.acos.default: jnp.arccos,
+    aten.atan.default: jnp.arctan,
+    aten.sinh.default: jnp.sinh,
+    aten.cosh.default: jnp.cosh,
+    aten.tanh.default: jnp.tanh,
+    aten.asinh.default: jnp.arcsinh,
+    aten.acosh.default: jnp.arccosh,
+    aten.atanh.default: jnp.arctanh,
+    aten.erf.default: lax.erf,
+    aten.erfc.default: lax.erfc,
+    aten.erfinv.default: lax.erf_inv,
+    aten.sigmoid.default: lax.logistic,
+    aten.lgamma.default: lax.lgamma,
+    aten.i0.default: jax.scipy.special.i0,
+    aten.sinc.default: jnp.sinc,
+    aten.special_erfcx.default: jax.scipy.special.erfcx,
+}
+for _op, _fn in _FLOAT_UNARY.items():
+    lowers(_op, promote=INT_TO_FLOAT, promote_args=SELF)(lambda self, _fn=_fn: _fn(self))
+
+
+@lowers(aten.digamma.default, promote=INT_TO_FLOAT, promote_args=SELF)
+def digamma(self):
+    # PyTorch: digamma(±0) = ∓inf, not NaN
+    return jnp.where(self == 0, jnp.copysign(_const(jnp.inf, self), -self), lax.digamma(self))
+
+
+@lowers(aten.polygamma.default, promote=INT_TO_FLOAT, promote_args=SELF)
+def polygamma(n, self):
+    if n == 0:
+        return digamma(self)
+    value = jax.scipy.special.polygamma(n, self)
+    if n == 1:  # PyTorch's trigamma tends to 0 at +inf, where the series gives NaN
+        value = jnp.where(self == jnp.inf, jnp.zeros_like(value), value)
+    return value
+
+
+@lowers(aten.mvlgamma.default, promote=INT_TO_FLOAT, promote_args=SELF)
+def mvlgamma(self, p):
+    offsets = jnp.arange(p, dtype=self.dtype) * -0.5
+    terms = lax.lgamma(self[..., None] + offsets).sum(-1)
+    return terms + _const(p * (p - 1) / 4 * math.log(math.pi), self)
+
+
+def _incomplete_gamma(a, x, fn, at_zero_x):
+    """PyTorch's edge cases around the regularized incomplete gamma function `fn`
+    (at_zero_x: its value at x == 0, where `1 - at_zero_x` is the value as x or 1/a grows)."""
+    nan, low, high = _const(jnp.nan, a), _const(at_zero_x, a), _const(1 - at_zero_x, a)
+    value = jnp.where(jnp.isinf(x), high, fn(a, x))
+    value = jnp.where(jnp.isinf(a), jnp.where(jnp.isinf(x), nan, low), value)
+    value = jnp.where(x == 0, low, value)
+    value = jnp.where(a == 0, jnp.where(x > 0, high, nan), value)
+    return jnp.where((x < 0) | (a < 0), nan, value)
+
+
+@lowers(aten.igamma.default, promote=DEFAULT)
+def igamma(self, other):
+    return _incomplete_gamma(self, other, jax.scipy.special.gammainc, 0)
+
+
+@lowers(aten.igammac.default, promote=DEFAULT)
+def igammac(self, other):
+    return _incomplete_gamma(self, other, jax.scipy.special.gammaincc, 1)
+
+
+@lowers(aten.logit.default, promote=INT_TO_FLOAT, promote_args=SELF)
+def logit(self, eps=None):
+    x = self if eps is None else jnp.clip(self, eps, 1 - eps)
+    return jnp.log(x / (1 - x))
+
+
+@lowers(aten.deg2rad.default, promote=INT_TO_FLOAT, promote_args=SELF)
+def deg2rad(self):
+    return self * _const(math.pi / 180, self)
+
+
+@lowers(aten.rad2deg.default, promote=INT_TO_FLOAT, promote_args=SELF)
+def rad2deg(self):
+    return self * _const(180 / math.pi, self)
+
+
+@lowers(aten.angle.default, promote=INT_TO_FLOAT, promote_args=SELF)
+def angle(self):
+    if _is_complex(self):
+        return jnp.angle(self)
+    return jnp.where(jnp.isnan(self), self, jnp.where(self < 0, _const(math.pi, self), jnp.zeros_like(self)))
+
+
+@lowers(aten._conj_physical.default)
+def conj_physical(self):
+    return jnp.conj(self) if _is_complex(self) else self
+
+
+@lowers(aten.complex.default)
+def complex_(real, imag):
+    return lax.complex(real, imag)
+
+
+@lowers(aten.polar.default)
+def polar(abs, angle):
+    return lax.complex(abs * jnp.cos(angle), abs * jnp.sin(angle))
+
+
+@lowers(aten.ldexp.Tensor, promote=INT_TO_FLOAT)
+def ldexp(self, other):
+    return self * jnp.exp2(other)
+
+
+@lowers(aten.frexp.Tensor)
+def frexp(self):
+    mantissa, exponent = jnp.frexp(self)
+    return mantissa, exponent.astype(jnp.int32)
+
+
+# ------------------------------------------------------------ binary math
+@lowers(aten.atan2.default, promote=INT_TO_FLOAT)
+def atan2(self, other):
+    return jnp.arctan2(self, other)
+
+
+@lowers(aten.hypot.default, promote=DEFAULT)
+def hypot(self, other):
+    return jnp.hypot(self, other)
+
+
+@lowers(aten.copysign.Tensor, aten.copysign.Scalar, promote=INT_TO_FLOAT)
+def copysign(self, other):
+    return jnp.copysign(self, other)
+
+
+@lowers(aten.nextafter.default, promote=NO_OPMATH)  # the neighbour in the tensor's own dtype
+def nextafter(self, other):
+    return jnp.nextafter(self, other)
+
+
+@lowers(aten.heaviside.default, promote=DEFAULT, promote_args=("self", "values"))
+def heaviside(self, values):
+    return jnp.where(self == 0, values, (self > 0).astype(values.dtype))
+
+
+@lowers(aten.logaddexp.default, promote=DEFAULT)
+def logaddexp(self, other):
+    return jnp.logaddexp(self, other)
+
+
+@lowers(aten.logaddexp2.default, promote=DEFAULT)
+def logaddexp2(self, other):
+    return jnp.logaddexp2(self, other)
+
+
+def _xlog(x, y, log):
+    # 0 * log(0) is 0, but NaN in y still propagates
+    return jnp.where(jnp.isnan(y), y, jnp.where(x == 0, jnp.zeros_like(x), x * log(y)))
+
+
+@lowers(aten.xlogy.Tensor, aten.xlogy.Scalar_Self, aten.xlogy.Scalar_Other, promote=INT_TO_FLOAT)
+def xlogy(self, other):
+    return _xlog(self, other, jnp.log)
+
+
+@lowers(aten.special_xlog1py.default, aten.special_xlog1py.self_scalar, aten.special_xlog1py.other_scalar,
+        promote=INT_TO_FLOAT)
+def xlog1py(self, other):
+    return _xlog(self, other, jnp.log1p)
+
+
+@lowers(aten.gcd.default, promote=DEFAULT)
+def gcd(self, other):
+    return jnp.gcd(self, other)
+
+
+@lowers(aten.lcm.default, promote=DEFAULT)
+def lcm(self, other):
+    return jnp.lcm(self, other)
+
+
+# ------------------------------------------------------------ rounding
+def _rounding(fn):
+    return lambda self: self if _is_exact(self) else fn(self)
+
+
+lowers(aten.floor.default)(_rounding(jnp.floor))
+lowers(aten.ceil.default)(_rounding(jnp.ceil))
+lowers(aten.trunc.default)(_rounding(jnp.trunc))
+lowers(aten.round.default)(_rounding(jnp.round))  # half to even, as nearbyint
+
+
+@lowers(aten.round.decimals, promote=DEFAULT, promote_args=SELF)
+def round_decimals(self, *, decimals):
+    if _is_exact(self):
+        return self
+    scale = _const(10.0 ** abs(decimals), self)
+    if decimals < 0:
+        return jnp.round(self / scale) * scale
+    return jnp.round(self * scale) / scale
+
+
+@lowers(aten.frac.default)
+def frac(self):
+    return self - jnp.trunc(self)
+
+
+# ------------------------------------------------------------ comparison and logic
+def _comparison(fn):
+    return lambda self, other: fn(self, other)
+
+
+for _packet, _fn in ((aten.eq, jnp.equal), (aten.ne, jnp.not_equal), (aten.lt, jnp.less),
+                     (aten.le, jnp.less_equal), (aten.gt, jnp.greater), (aten.ge, jnp.greater_equal)):
+    lowers(_packet.Tensor, _packet.Scalar, promote=DEFAULT)(_comparison(_fn))
+
+
+def _truth(x):
+    return x if x.dtype == jnp.bool_ else x != 0
+
+
+@lowers(aten.logical_and.default)
+def logical_and(self, other):
+    return _truth(self) & _truth(other)
+
+
+@lowers(aten.logical_or.default)
+def logical_or(self, other):
+    return _truth(self) | _truth(other)
+
+
+@lowers(aten.logical_xor.default)
+def logical_xor(self, other):
+    return _truth(self) ^ _truth(other)
+
+
+@lowers(aten.logical_not.default)
+def logical_not(self):
+    return ~_truth(self)
+
+
+for _name, _fn in (("bitwise_and", jnp.bitwise_and), ("bitwise_or", jnp.bitwise_or),
+                   ("bitwise_xor", jnp.bitwise_xor), ("bitwise_left_shift", jnp.left_shift),
+                   ("bitwise_right_shift", jnp.right_shift)):
+    _packet = getattr(aten, _name)
+    _overloads = [getattr(_packet, o) for o in ("Tensor", "Scalar", "Tensor_Scalar", "Scalar_Tensor")
+                  if o in _packet.overloads()]
+    lowers(*_overloads, promote=DEFAULT)(_comparison(_fn))
+lowers(aten.__lshift__.Tensor, aten.__lshift__.Scalar, promote=DEFAULT)(_comparison(jnp.left_shift))
+lowers(aten.__rshift__.Tensor, aten.__rshift__.Scalar, promote=DEFAULT)(_comparison(jnp.right_shift))
+
+
+@lowers(aten.bitwise_not.default)
+def bitwise_not(self):
+    return jnp.invert(self)
+
+
+@lowers(aten.isnan.default)
+def isnan(self):
+    return jnp.isnan(self)
+
+
+@lowers(aten.isinf.default)
+def isinf(self):
+    return jnp.isinf(self)
+
+
+@lowers(aten.isposinf.default)
+def isposinf(self):
+    return jnp.isposinf(self) if not _is_exact(self) else jnp.zeros(self.shape, bool)
+
+
+@lowers(aten.isneginf.default)
+def isneginf(self):
+    return jnp.isneginf(self) if not _is_exact(self) else jnp.zeros(self.shape, bool)
+
+
+@lowers(aten.signbit.default)
+def signbit(self):
+    return self < 0 if _is_exact(self) else jnp.signbit(self)
+
+
+# ------------------------------------------------------------ selection and clamping
+@lowers(aten.maximum.default, promote=DEFAULT)
+def maximum(self, other):
+    return jnp.maximum(self, other)  # NaN propagates
+
+
+@lowers(aten.minimum.default, promote=DEFAULT)
+def minimum(self, other):
+    return jnp.minimum(self, other)
+
+
+@lowers(aten.fmax.default, promote=DEFAULT)
+def fmax(self, other):
+    return jnp.fmax(self, other)  # NaN loses to a number
+
+
+@lowers(aten.fmin.default, promote=DEFAULT)
+def fmin(self, other):
+    return jnp.fmin(self, other)
+
+
+def _clamp_min(x, low):
+    # a NaN input stays NaN; a NaN bound makes the result NaN (torch._refs.clamp)
+    return jnp.where((x >= low) | jnp.isnan(x), x, low)
+
+
+def _clamp_max(x, high):
+    return jnp.where((x <= high) | jnp.isnan(x), x, high)
+
+
+@lowers(aten.clamp.default, aten.clamp.Tensor, promote=DEFAULT, promote_args=("self", "min", "max"))
+def clamp(self, min=None, max=None):
+    x = self if min is None else _clamp_min(self, min)
+    return x if max is None else _clamp_max(x, max)
+
+
+@lowers(aten.clamp_min.default, aten.clamp_min.Tensor, promote=DEFAULT, promote_args=("self", "min"))
+def clamp_min(self, min):
+    return _clamp_min(self, min)
+
+
+@lowers(aten.clamp_max.default, aten.clamp_max.Tensor, promote=DEFAULT, promote_args=("self", "max"))
+def clamp_max(self, max):
+    return _clamp_max(self, max)
+
+
+@lowers(aten.where.self, promote=DEFAULT)
+def where(condition, self, other):
+    return jnp.where(_truth(condition), self, other)
+
+
+@lowers(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+def masked_fill(self, mask, value):
+    return jnp.where(mask, jnp.asarray(value).astype(self.dtype), self)
+
+
+@lowers(aten.nan_to_num.default)
+def nan_to_num(self, nan=None, posinf=None, neginf=None):
+    if _is_exact(self):
+        return self
+    return jnp.nan_to_num(self, nan=0.0 if nan is None else nan, posinf=posinf, neginf=neginf)
+
+
+# ------------------------------------------------------------ activations
+# promote=DEFAULT on self alone: half types compute in float32 like PyTorch's CPU kernels, and
+# the Scalar parameters arrive in that dtype.
+def activation(*ops):
+    return lowers(*ops, promote=DEFAULT, promote_args=SELF)
+
+
+def backward(*ops, args=GRAD_SELF):
+    return lowers(*ops, promote=DEFAULT, promote_args=args)
+
+
+@activation(aten.relu.default)
+def relu(self):
+    return jnp.maximum(self, jnp.zeros_like(self))
+
+
+@activation(aten.threshold.default)
+def threshold(self, threshold, value):
+    return jnp.where(self <= threshold, value, self)
+
+
+@backward(aten.threshold_backward.default)
+def threshold_backward(grad_output, self, threshold):
+    return jnp.where(self <= threshold, jnp.zeros_like(grad_output), grad_output)
+
+
+_SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+_GELU_KAPPA = 0.044715
+
+
+@activation(aten.gelu.default)
+def gelu(self, *, approximate="none"):
+    if approximate == "tanh":
+        inner = _SQRT_2_OVER_PI * (self + _GELU_KAPPA * self * self * self)
+        return 0.5 * self * (1 + jnp.tanh(inner))
+    return 0.5 * self * (1 + lax.erf(self * math.sqrt(0.5)))
+
+
+@backward(aten.gelu_backward.default)
+def gelu_backward(grad_output, self, *, approximate="none"):
+    x = self
+    if approximate == "tanh":
+        x_sq = x * x
+        tanh_inner = jnp.tanh(_SQRT_2_OVER_PI * (x + _GELU_KAPPA * x_sq * x))
+        left = 0.5 * x
+        left_derivative = 0.5 * (1 + tanh_inner)
+        right_derivative = left * (1 - tanh_inner * tanh_inner) * _SQRT_2_OVER_PI * (1 + 3 * _GELU_KAPPA * x_sq)
+        return grad_output * (left_derivative + right_derivative)
+    cdf = 0.5 * (1 + lax.erf(x * math.sqrt(0.5)))
+    pdf = jnp.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+    return grad_output * (cdf + x * pdf)
+
+
+@activation(aten.silu.default)
+def silu(self):
+    return self / (1 + jnp.exp(-self))
+
+
+@activation(aten.mish.default)
+def mish(self):
+    return self * jnp.tanh(jnp.log1p(jnp.exp(self)))
+
+
+@backward(aten.sigmoid_backward.default, args=("grad_output", "output"))
+def sigmoid_backward(grad_output, output):
+    return grad_output * jnp.conj((1 - output) * output)
+
+
+@backward(aten.tanh_backward.default, args=("grad_output", "output"))
+def tanh_backward(grad_output, output):
+    return grad_output * jnp.conj(1 - output * output)
+
+
+@activation(aten.hardtanh.default)
+def hardtanh(self, min_val=-1, max_val=1):
+    return _clamp_max(_clamp_min(self, min_val), max_val)
+
+
+@backward(aten.hardtanh_backward.default)
+def hardtanh_backward(grad_output, self, min_val, max_val):
+    return jnp.where((self <= min_val) | (self >= max_val), jnp.zeros_like(grad_output), grad_output)
+
+
+def _relu6(x):
+    return jnp.minimum(jnp.maximum(x, 0), 6)
+
+
+@activation(aten.hardsigmoid.default)
+def hardsigmoid(self):
+    return _relu6(self + 3) / 6
+
+
+@backward(aten.hardsigmoid_backward.default)
+def hardsigmoid_backward(grad_output, self):
+    return jnp.where((self > -3) & (self < 3), grad_output / 6, jnp.zeros_like(grad_output))
+
+
+@activation(aten.hardswish.default)
+def hardswish(self):
+    return self * _relu6(self + 3) / 6
+
+
+@backward(aten.hardswish_backward.default)
+def hardswish_backward(grad_output, self):
+    inside = grad_output * (self / 3 + 0.5)
+    return jnp.where(self <= -3, jnp.zeros_like(grad_output), jnp.where(self < 3, inside, grad_output))
+
+
+@activation(aten.leaky_relu.default)
+def leaky_relu(self, negative_slope=0.01):
+    return jnp.where(self > 0, self, self * negative_slope)
+
+
+@backward(aten.leaky_relu_backward.default)
+def leaky_relu_backward(grad_output, self, negative_slope, self_is_result):
+    return jnp.where(self > 0, grad_output, grad_output * negative_slope)
+
+
+@activation(aten.elu.default)
+def elu(self, alpha=1, scale=1, input_scale=1):
+    return jnp.where(self > 0, self * scale, jnp.expm1(self * input_scale) * (alpha * scale))
+
+
+@backward(aten.elu_backward.default, args=("grad_output", "self_or_result"))
+def elu_backward(grad_output, alpha, scale, input_scale, is_result, self_or_result):
+    x = self_or_result
+    if is_result:  # x is elu's output: exp(x_in * input_scale) = x / (alpha * scale) + 1
+        negative = grad_output * input_scale * (x + alpha * scale)
+    else:
+        negative = grad_output * input_scale * (alpha * scale) * jnp.exp(x * input_scale)
+    return jnp.where(x <= 0, negative, grad_output * scale)
+
+
+@activation(aten.celu.default)
+def celu(self, alpha=1.0):
+    return jnp.where(self > 0, self, jnp.expm1(self / alpha) * alpha)
+
+
+@activation(aten.softplus.default)
+def softplus(self, beta=1, threshold=20):
+    scaled = self * beta
+    return jnp.where(scaled > threshold, self, jnp.log1p(jnp.exp(scaled)) / beta)
+
+
+@backward(aten.softplus_backward.default)
+def softplus_backward(grad_output, self, beta, threshold):
+    z = jnp.exp(self * beta)
+    return jnp.where(self * beta > threshold, grad_output, grad_output * z / (z + 1))
+
+
+@backward(aten.logit_backward.default)
+def logit_backward(grad_output, self, eps=None):
+    derivative = grad_output / (self * (1 - self))
+    if eps is None:
+        outside, fill = (self < 0) | (self > 1), jnp.nan
+    else:
+        outside, fill = (self < eps) | (self > 1 - eps), 0
+    return jnp.where(outside, _const(fill, derivative), derivative)
+
+
+@activation(aten.softshrink.default)
+def softshrink(self, lambd=0.5):
+    return jnp.where(self > lambd, self - lambd, jnp.where(self < -lambd, self + lambd, self * 0))
+
+
+@activation(aten.hardshrink.default)
+def hardshrink(self, lambd=0.5):
+    return jnp.where((self >= -lambd) & (self <= lambd), jnp.zeros_like(self), self)
+
+
+def _shrink_backward(grad, self, lambd):
+    return jnp.where((self >= -lambd) & (self <= lambd), jnp.zeros_like(grad), grad)
+
+
+@backward(aten.softshrink_backward.default)
+def softshrink_backward(grad_output, self, lambd):
+    return _shrink_backward(grad_output, self, lambd)
+
+
+@backward(aten.hardshrink_backward.default, args=("grad_out", "self"))
+def hardshrink_backward(grad_out, self, lambd):
+    return _shrink_backward(grad_out, self, lambd)
+
+
+# ------------------------------------------------------------ copy
 @lowers(aten.copy.default)
 def copy(self, src, non_blocking=False):
     return jnp.broadcast_to(src, self.shape).astype(self.dtype)
 
-
-_ = ALWAYS_BOOL
