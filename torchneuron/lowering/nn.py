@@ -552,18 +552,3 @@ def native_dropout(input, p, train, *, key):
 @lowers(aten.native_dropout_backward.default)
 def native_dropout_backward(grad_output, mask, scale):
     return (_up(grad_output) * mask * scale).astype(grad_output.dtype)
-
-
-def _gelu(x, approximate):
-    return jax.nn.gelu(_up(x), approximate=approximate == "tanh")
-
-
-@lowers(aten.gelu.default)
-def gelu(self, *, approximate="none"):
-    return _gelu(self, approximate).astype(self.dtype)
-
-
-@lowers(aten.gelu_backward.default)
-def gelu_backward(grad_output, self, *, approximate="none"):
-    _, vjp = jax.vjp(lambda x: _gelu(x, approximate), _up(self))
-    return vjp(_up(grad_output))[0].astype(self.dtype)
