@@ -20,7 +20,6 @@ def test_losses_match_cpu_after_20_steps(kind, optimizer, no_fallback):
     torch.testing.assert_close(neuron, cpu, rtol=1e-4, atol=1e-6)
     for (name, p_cpu), p_neuron in zip(cpu_model.state_dict().items(), neuron_model.state_dict().values()):
         torch.testing.assert_close(p_neuron.cpu(), p_cpu, rtol=1e-3, atol=1e-4, msg=name)
-    assert losses_decrease(neuron)
 
 
 def losses_decrease(losses):

@@ -22,8 +22,8 @@ class CNN(nn.Module):
     def __init__(self, channels: int = 3, classes: int = 10, dropout: float = 0.0):
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(channels, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(8, 16, 3, padding=1, stride=1), nn.BatchNorm2d(16), nn.ReLU(), nn.AvgPool2d(2),
+            nn.Conv2d(channels, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(8, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(), nn.AvgPool2d(2),
         )
         self.dropout = nn.Dropout(dropout)
         self.head = nn.Linear(16 * 2 * 2, classes)
