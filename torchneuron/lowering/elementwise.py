@@ -286,7 +286,7 @@ def angle(self):
     return jnp.where(jnp.isnan(self), self, jnp.where(self < 0, _const(math.pi, self), jnp.zeros_like(self)))
 
 
-@lowers(aten._conj_physical.default)
+@lowers(aten._conj_physical.default, aten.conj_physical.default)  # the latter for conj_physical_ and .out
 def conj_physical(self):
     return jnp.conj(self) if _is_complex(self) else self
 
