@@ -13,13 +13,13 @@ $(STAMP): pyproject.toml setup.py csrc/neuron_core.cpp
 	# torch first, from the CPU wheel, so nothing pulls a CUDA build
 	$(PIP) install -q torch==2.13.0
 	# no build isolation: the C++ core builds against the torch installed above
-	$(PIP) install -q --no-build-isolation -e '.[test]'
+	TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PIP) install -q --no-build-isolation -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
 build: $(STAMP)
-	$(PY) setup.py -q build_ext --inplace
+	TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PY) setup.py -q build_ext --inplace
 
 demo: $(STAMP)
 	$(PY) -m torchneuron.demo

@@ -47,11 +47,6 @@ def _register() -> None:
     kernels.register_all()
 
 
-def _autoload() -> None:
-    """Entry point of the `torch.backends` group: `import torch` registers neuron."""
-    _register()
-
-
 _register()
 
 from .eager.fallback import fallback_stats

@@ -47,9 +47,9 @@ def compile_stats() -> dict:
 def _unsupported(gm: torch.fx.GraphModule) -> list[str]:
     missing = set()
     for node in gm.graph.nodes:
-        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
-            if node.target not in LOWERINGS and node.target not in _GRAPH_OPS:
-                missing.add(str(node.target))
+        if (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
+                and node.target not in LOWERINGS and node.target not in _GRAPH_OPS):
+            missing.add(str(node.target))
     return sorted(missing)
 
 

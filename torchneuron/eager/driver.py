@@ -344,8 +344,9 @@ class Plan:
                     fresh.append(((r, j), Layout(tuple(o.shape), tuple(o.stride()), 0), o.dtype))
             elif isinstance(out, torch.Tensor):
                 fresh.append(((r,), Layout(tuple(out.shape), tuple(out.stride()), 0), out.dtype))
-            elif out is None:
+            elif out is None and self.meta_out is None:
                 raise NotImplementedError(f"neuron: no meta kernel for {self.op}")
+            # else: an output the op leaves undefined (a backward's masked-out gradient): None
         return fresh
 
     def _compute_dtype(self, margs, mkwargs):
@@ -442,7 +443,8 @@ class Plan:
                 name = schema.names[alias]
                 out.append(args[alias] if alias < len(args) else kwargs[name])
             else:
-                out.append(by_return.get(fresh_index, []))
+                listy = str(returns[r].type).startswith("List")
+                out.append(by_return.get(fresh_index, [] if listy else None))
                 fresh_index += 1
         return out[0] if len(returns) == 1 else tuple(out)
 

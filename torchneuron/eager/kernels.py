@@ -51,7 +51,9 @@ def variants(functional) -> list:
     """`functional` and the overloads whose values it computes (in-place, out=)."""
     name = functional._schema.name.split("::")[1]
     found = [functional]
-    for packet_name in (name, name + "_", *inplace_packets(name)):
+    # a `_foo_functional` lowering also computes the mutating `_foo` (e.g. _native_batch_norm_legit)
+    mutating = (name.removesuffix("_functional"),) if name.endswith("_functional") else ()
+    for packet_name in (name, name + "_", *inplace_packets(name), *mutating):
         packet = getattr(aten, packet_name, None)
         if packet is None:
             continue

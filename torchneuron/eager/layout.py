@@ -75,6 +75,8 @@ def read(buffer, layout: Layout):
 
 def flatten(value, layout: Layout):
     """`value` laid out as the dense block `layout` describes (layout must be dense)."""
+    if layout.numel == 0:  # any strides describe an empty block (topk(k=0) gives (1, 1) for (4, 0))
+        return value.reshape(-1)
     order = layout.dense_order()
     if list(order) != sorted(order):
         value = jnp.transpose(value, order)

@@ -18,7 +18,7 @@ def _dense(layout: Layout) -> bool:
 
 
 def has_internal_overlap(layout: Layout) -> bool:
-    if _dense(layout):
+    if layout.numel == 0 or _dense(layout):
         return False
     return any(s == 0 and n > 1 for n, s in zip(layout.shape, layout.stride))
 

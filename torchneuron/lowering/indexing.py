@@ -217,20 +217,3 @@ def nonzero(self):
 def masked_select(self, mask):
     shape = jnp.broadcast_shapes(self.shape, mask.shape)
     return jnp.broadcast_to(self, shape)[jnp.broadcast_to(mask, shape)]
-
-
-@lowers(aten.embedding.default)
-def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    return jnp.take(weight, indices, axis=0, mode="clip")
-
-
-@lowers(aten.embedding_dense_backward.default)
-def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
-    rows = indices.reshape(-1)
-    grad = grad_output.reshape(rows.shape[0], -1)
-    if padding_idx >= 0:  # the padding row gets no gradient
-        grad = jnp.where((rows == padding_idx)[:, None], 0, grad)
-    if scale_grad_by_freq:
-        counts = jnp.zeros(num_weights, jnp.int64).at[rows].add(1)
-        grad = grad / counts[rows][:, None].astype(grad.dtype)
-    return jnp.zeros((num_weights, grad.shape[1]), grad.dtype).at[rows].add(grad)

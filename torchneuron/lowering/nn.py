@@ -1,1 +1,554 @@
-"""Lowerings: nn."""
+"""Lowerings: neural-network ops (convolution, pooling, normalization, softmax, losses, dropout).
+
+Half-precision inputs compute in float32 and round once at the end, as PyTorch's CPU kernels
+do with their "opmath" type. Backward ops whose math is the gradient of a forward here use
+jax.vjp of that forward, so forward and backward cannot drift apart.
+"""
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+from jax import lax
+
+from . import aten, lowers
+
+_LOW = (jnp.float16, jnp.bfloat16)
+_NONE, _MEAN, _SUM = 0, 1, 2  # at::Reduction
+
+
+def _up(x):
+    """x in its computation dtype: float32 for half types, else unchanged."""
+    return x.astype(jnp.float32) if x is not None and x.dtype in _LOW else x
+
+
+def _bcast_channel(v, ndim):
+    """A per-channel vector shaped to broadcast against an (N, C, *) tensor."""
+    return v.reshape((1, -1) + (1,) * (ndim - 2))
+
+
+def _reduce(loss, reduction):
+    if reduction == _MEAN:
+        return jnp.mean(loss)
+    if reduction == _SUM:
+        return jnp.sum(loss)
+    return loss
+
+
+def _grad_of_reduction(grad_output, shape, reduction):
+    """grad_output spread back over the elements `reduction` combined."""
+    if reduction == _MEAN:
+        return jnp.broadcast_to(grad_output / math.prod(shape), shape)
+    return jnp.broadcast_to(grad_output, shape)
+
+
+# ----------------------------------------------------------------------------- convolution
+def _conv(x, w, stride, padding, dilation, transposed, output_padding, groups):
+    acc = jnp.float32 if x.dtype in _LOW else None
+    spatial = w.ndim - 2
+    if not transposed:
+        return lax.conv_general_dilated(
+            x, w, window_strides=stride, padding=[(p, p) for p in padding], rhs_dilation=dilation,
+            feature_group_count=groups, preferred_element_type=acc)
+    # A transposed convolution is the input-gradient of a convolution: dilate the input by
+    # the stride and convolve with the flipped kernel whose in/out channels swap per group.
+    c_in, c_out_g = w.shape[:2]
+    k = w.shape[2:]
+    w = w.reshape((groups, c_in // groups, c_out_g) + k).swapaxes(1, 2)
+    w = jnp.flip(w.reshape((groups * c_out_g, c_in // groups) + k), axis=tuple(range(2, 2 + spatial)))
+    pads = [(d * (kk - 1) - p, d * (kk - 1) - p + op)
+            for kk, p, d, op in zip(k, padding, dilation, output_padding)]
+    return lax.conv_general_dilated(
+        x, w, window_strides=(1,) * spatial, padding=pads, lhs_dilation=stride, rhs_dilation=dilation,
+        feature_group_count=groups, preferred_element_type=acc)
+
+
+@lowers(aten.convolution.default)
+def convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    out = _conv(input, weight, stride, padding, dilation, transposed, output_padding, groups)
+    if bias is not None:
+        out = out + _bcast_channel(_up(bias), out.ndim)
+    return out.astype(input.dtype)
+
+
+@lowers(aten.convolution_backward.default)
+def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
+                         output_padding, groups, output_mask):
+    def forward(x, w):
+        return _conv(x, w, stride, padding, dilation, transposed, output_padding, groups).astype(x.dtype)
+
+    _, vjp = jax.vjp(forward, input, weight)
+    grad_input, grad_weight = vjp(grad_output)
+    grad_bias = None
+    if output_mask[2]:
+        axes = (0,) + tuple(range(2, grad_output.ndim))
+        grad_bias = jnp.sum(_up(grad_output), axis=axes).astype(grad_output.dtype)
+    return (grad_input if output_mask[0] else None, grad_weight if output_mask[1] else None, grad_bias)
+
+
+# --------------------------------------------------------------------------------- pooling
+def _pair(v, n=2):
+    return tuple(v) * n if len(v) == 1 else tuple(v)
+
+
+def _pool_out_size(size, k, s, p, d, ceil_mode):
+    span = size + 2 * p - d * (k - 1) - 1
+    out = (-(-span // s) if ceil_mode else span // s) + 1
+    if ceil_mode and (out - 1) * s >= size + p:  # the last window must start inside the input
+        out -= 1
+    return out
+
+
+def _pool_geometry(shape, kernel_size, stride, padding, dilation, ceil_mode):
+    k = _pair(kernel_size)
+    s = _pair(stride) if stride else k
+    p = _pair(padding)
+    d = _pair(dilation)
+    out = tuple(_pool_out_size(shape[i - 2], k[i], s[i], p[i], d[i], ceil_mode) for i in range(2))
+    return k, s, p, d, out
+
+
+def _windows(x, k, s, p, d, out, fill):
+    """(..., kh*kw, oh, ow): every kernel tap's view of x, padded with `fill`."""
+    high = [max(0, (o - 1) * ss + dd * (kk - 1) + 1 - n - pp)
+            for o, ss, dd, kk, n, pp in zip(out, s, d, k, x.shape[-2:], p)]
+    pad = [(0, 0)] * (x.ndim - 2) + [(p[0], high[0]), (p[1], high[1])]
+    xp = jnp.pad(x, pad, constant_values=fill)
+    taps = []
+    for i in range(k[0]):
+        for j in range(k[1]):
+            h0, w0 = i * d[0], j * d[1]
+            taps.append(xp[..., h0:h0 + (out[0] - 1) * s[0] + 1:s[0], w0:w0 + (out[1] - 1) * s[1] + 1:s[1]])
+    return jnp.stack(taps, axis=-3)
+
+
+def _lowest(dtype):
+    return -jnp.inf if jnp.issubdtype(dtype, jnp.floating) else jnp.iinfo(dtype).min
+
+
+@lowers(aten.max_pool2d_with_indices.default)
+def max_pool2d_with_indices(self, kernel_size, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
+    k, s, p, d, out = _pool_geometry(self.shape, kernel_size, stride, padding, dilation, ceil_mode)
+    taps = _windows(self, k, s, p, d, out, _lowest(self.dtype))
+    # NaN wins, as in PyTorch's kernel; otherwise the first maximum.
+    tap = jnp.argmax(jnp.where(jnp.isnan(taps), jnp.inf, taps), axis=-3)
+    values = jnp.take_along_axis(taps, tap[..., None, :, :], axis=-3)[..., 0, :, :]
+    rows = (np.arange(out[0]) * s[0] - p[0])[:, None] + (tap // k[1]) * d[0]
+    cols = (np.arange(out[1]) * s[1] - p[1])[None, :] + (tap % k[1]) * d[1]
+    return values, (rows * self.shape[-1] + cols).astype(jnp.int64)
+
+
+@lowers(aten.max_pool2d_with_indices_backward.default)
+def max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode,
+                                     indices):
+    planes = math.prod(self.shape[:-2])
+    g = _up(grad_output).reshape(planes, -1)
+    idx = indices.reshape(planes, -1)
+    grad = jnp.zeros((planes, self.shape[-2] * self.shape[-1]), g.dtype)
+    grad = grad.at[jnp.arange(planes)[:, None], idx].add(g)
+    return grad.reshape(self.shape).astype(self.dtype)
+
+
+def _avg_divisor(shape, k, s, p, out, count_include_pad):
+    """(oh, ow) numpy array: how many elements each window averages over."""
+    counts = []
+    for n, kk, ss, pp, o in zip(shape[-2:], k, s, p, out):
+        start = np.arange(o) * ss - pp
+        end = np.minimum(start + kk, n + pp)
+        if not count_include_pad:
+            start, end = np.maximum(start, 0), np.minimum(end, n)
+        counts.append(end - start)
+    return np.outer(counts[0], counts[1])
+
+
+def _avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    k, s, p, d, out = _pool_geometry(x.shape, kernel_size, stride, padding, (1,), ceil_mode)
+    total = jnp.sum(_windows(_up(x), k, s, p, d, out, 0), axis=-3)
+    divisor = divisor_override or _avg_divisor(x.shape, k, s, p, out, count_include_pad)
+    return (total / jnp.asarray(divisor, total.dtype)).astype(x.dtype)
+
+
+@lowers(aten.avg_pool2d.default)
+def avg_pool2d(self, kernel_size, stride=(), padding=(0,), ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    return _avg_pool2d(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+@lowers(aten.avg_pool2d_backward.default)
+def avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                        divisor_override):
+    _, vjp = jax.vjp(lambda x: _avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                           divisor_override), self)
+    return vjp(grad_output)[0]
+
+
+def _adaptive_windows(n, o, dtype):
+    """(o, n) 0/1 matrix of which inputs each adaptive window covers, and (o,) window sizes."""
+    i = np.arange(o)
+    start, end = (i * n) // o, -((-(i + 1) * n) // o)
+    member = (np.arange(n)[None, :] >= start[:, None]) & (np.arange(n)[None, :] < end[:, None])
+    return jnp.asarray(member, dtype), end - start
+
+
+def _adaptive_avg_pool2d_fwd(x, output_size):
+    xu = _up(x)
+    rows, nr = _adaptive_windows(x.shape[-2], output_size[0], xu.dtype)
+    cols, nc = _adaptive_windows(x.shape[-1], output_size[1], xu.dtype)
+    total = jnp.einsum("...hw,ih,jw->...ij", xu, rows, cols)
+    return (total / jnp.asarray(np.outer(nr, nc), xu.dtype)).astype(x.dtype)
+
+
+@lowers(aten._adaptive_avg_pool2d.default)
+def adaptive_avg_pool2d(self, output_size):
+    return _adaptive_avg_pool2d_fwd(self, output_size)
+
+
+@lowers(aten._adaptive_avg_pool2d_backward.default)
+def adaptive_avg_pool2d_backward(grad_output, self):
+    _, vjp = jax.vjp(lambda x: _adaptive_avg_pool2d_fwd(x, grad_output.shape[-2:]), self)
+    return vjp(grad_output)[0]
+
+
+# --------------------------------------------------------------------------- normalization
+def _affine(xhat, weight, bias, shape):
+    if weight is not None:
+        xhat = xhat * _up(weight).reshape(shape)
+    if bias is not None:
+        xhat = xhat + _up(bias).reshape(shape)
+    return xhat
+
+
+def _batch_stats(x):
+    axes = (0,) + tuple(range(2, x.ndim))
+    xu = _up(x)
+    mean = jnp.mean(xu, axis=axes)
+    var = jnp.mean(jnp.square(xu - _bcast_channel(mean, x.ndim)), axis=axes)
+    return mean, var
+
+
+def _batch_norm_apply(x, weight, bias, mean, invstd):
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    xhat = (_up(x) - mean.reshape(shape)) * invstd.reshape(shape)
+    return _affine(xhat, weight, bias, shape).astype(x.dtype)
+
+
+def _batch_norm_train(x, weight, bias, eps):
+    mean, var = _batch_stats(x)
+    invstd = lax.rsqrt(var + eps)
+    return _batch_norm_apply(x, weight, bias, mean, invstd), mean, invstd, var
+
+
+def _running_update(running, batch, momentum):
+    return ((1 - momentum) * _up(running) + momentum * batch).astype(running.dtype)
+
+
+def _unbiased(var, x):
+    n = x.size // x.shape[1]
+    return var * (n / max(n - 1, 1))
+
+
+def _batch_norm_eval(x, weight, bias, running_mean, running_var, eps):
+    invstd = lax.rsqrt(_up(running_var) + eps)
+    return _batch_norm_apply(x, weight, bias, _up(running_mean), invstd), _up(running_mean), invstd
+
+
+@lowers(aten._native_batch_norm_legit_functional.default)
+def native_batch_norm_legit_functional(input, weight, bias, running_mean, running_var, training, momentum,
+                                       eps):
+    if not training:
+        return _batch_norm_eval(input, weight, bias, running_mean, running_var, eps) + (
+            running_mean, running_var)
+    out, mean, invstd, var = _batch_norm_train(input, weight, bias, eps)
+    return (out, mean, invstd, _running_update(running_mean, mean, momentum),
+            _running_update(running_var, _unbiased(var, input), momentum))
+
+
+@lowers(aten._native_batch_norm_legit_no_training.default)
+def native_batch_norm_legit_no_training(input, weight, bias, running_mean, running_var, momentum, eps):
+    return _batch_norm_eval(input, weight, bias, running_mean, running_var, eps)
+
+
+@lowers(aten._native_batch_norm_legit.no_stats)
+def native_batch_norm_legit_no_stats(input, weight, bias, training, momentum, eps):
+    return _batch_norm_train(input, weight, bias, eps)[:3]
+
+
+def _native_batch_norm_redirect(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    """aten.native_batch_norm (what F.batch_norm reaches) updates the running stats in place, but
+    its schema does not say so, so a lowering could not write them back. Like PyTorch's own
+    decomposition of it, run the correctly annotated _native_batch_norm_legit ops instead."""
+    if running_mean is None:
+        return aten._native_batch_norm_legit.no_stats(input, weight, bias, training, momentum, eps)
+    if training:
+        return aten._native_batch_norm_legit(input, weight, bias, running_mean, running_var, training,
+                                             momentum, eps)
+    return aten._native_batch_norm_legit_no_training(input, weight, bias, running_mean, running_var,
+                                                     momentum, eps)
+
+
+# Registered before the lowering table's kernels; below autograd, so the backward stays
+# native_batch_norm_backward.
+_redirects = torch.library.Library("aten", "IMPL")
+_redirects.impl(aten.native_batch_norm.default, _native_batch_norm_redirect, "PrivateUse1")
+
+
+@lowers(aten.native_batch_norm_backward.default)
+def native_batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd,
+                               train, eps, output_mask):
+    one = jnp.ones((input.shape[1],), _up(input).dtype)
+
+    def forward(x, w, b):
+        if train:
+            return _batch_norm_train(x, w, b, eps)[0]
+        return _batch_norm_eval(x, w, b, running_mean, running_var, eps)[0]
+
+    _, vjp = jax.vjp(forward, input, one if weight is None else weight, one * 0)
+    grads = vjp(grad_out.astype(input.dtype))
+    dtypes = (input.dtype, (weight if weight is not None else input).dtype) * 2
+    return tuple(g.astype(dt) if m else None for g, dt, m in zip(grads, dtypes, output_mask))
+
+
+def _layer_norm(x, normalized_shape, weight, bias, eps):
+    axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    xu = _up(x)
+    mean = jnp.mean(xu, axis=axes, keepdims=True)
+    rstd = lax.rsqrt(jnp.mean(jnp.square(xu - mean), axis=axes, keepdims=True) + eps)
+    out = _affine((xu - mean) * rstd, weight, bias, tuple(normalized_shape))
+    return out.astype(x.dtype), mean, rstd
+
+
+@lowers(aten.native_layer_norm.default)
+def native_layer_norm(input, normalized_shape, weight, bias, eps):
+    return _layer_norm(input, normalized_shape, weight, bias, eps)
+
+
+def _norm_input_grad(gxhat, xhat, rstd, axes):
+    """d loss / d x of xhat = (x - mean) * rstd with statistics over `axes`, given d loss / d xhat."""
+    return rstd * (gxhat - jnp.mean(gxhat, axis=axes, keepdims=True)
+                   - xhat * jnp.mean(gxhat * xhat, axis=axes, keepdims=True))
+
+
+def _affine_grads(g, xhat, output_mask, axes, dtype):
+    grad_w = jnp.sum(g * xhat, axis=axes).astype(dtype) if output_mask[1] else None
+    grad_b = jnp.sum(g, axis=axes).astype(dtype) if output_mask[2] else None
+    return grad_w, grad_b
+
+
+@lowers(aten.native_layer_norm_backward.default)
+def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
+    k = len(normalized_shape)
+    axes = tuple(range(input.ndim - k, input.ndim))
+    g = _up(grad_out)
+    xhat = (_up(input) - mean) * rstd
+    gxhat = g if weight is None else g * _up(weight)
+    grad_in = _norm_input_grad(gxhat, xhat, rstd, axes).astype(input.dtype) if output_mask[0] else None
+    dtype = (weight if weight is not None else input).dtype
+    return (grad_in,) + _affine_grads(g, xhat, output_mask, tuple(range(input.ndim - k)), dtype)
+
+
+def _group_norm(x, weight, bias, n, c, group, eps):
+    xu = _up(x)
+    g = xu.reshape(n, group, -1)
+    mean = jnp.mean(g, axis=-1, keepdims=True)
+    rstd = lax.rsqrt(jnp.mean(jnp.square(g - mean), axis=-1, keepdims=True) + eps)
+    xhat = ((g - mean) * rstd).reshape(x.shape)
+    out = _affine(xhat, weight, bias, (1, c) + (1,) * (x.ndim - 2))
+    return out.astype(x.dtype), mean[..., 0], rstd[..., 0]
+
+
+@lowers(aten.native_group_norm.default)
+def native_group_norm(input, weight, bias, N, C, HxW, group, eps):
+    return _group_norm(input, weight, bias, N, C, group, eps)
+
+
+@lowers(aten.native_group_norm_backward.default)
+def native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask):
+    shape = (1, C) + (1,) * (input.ndim - 2)
+    g = _up(grad_out)
+    grouped = _up(input).reshape(N, group, -1)
+    mean, rstd = mean.reshape(N, group, 1), rstd.reshape(N, group, 1)
+    xhat = (grouped - mean) * rstd
+    gxhat = (g if weight is None else g * _up(weight).reshape(shape)).reshape(N, group, -1)
+    grad_in = None
+    if output_mask[0]:
+        grad_in = _norm_input_grad(gxhat, xhat, rstd, (-1,)).reshape(input.shape).astype(input.dtype)
+    axes = (0,) + tuple(range(2, input.ndim))
+    dtype = (weight if weight is not None else input).dtype
+    return (grad_in,) + _affine_grads(g, xhat.reshape(input.shape), output_mask, axes, dtype)
+
+
+# ------------------------------------------------------------------------------- softmax
+def _along(fn, x, dim):
+    """fn(x, axis) in x's computation dtype; a 0-d x is treated as a 1-element vector."""
+    xu = _up(x)
+    if xu.ndim == 0:
+        return fn(xu.reshape(1), 0).reshape(())
+    return fn(xu, dim)
+
+
+@lowers(aten._softmax.default)
+def softmax(self, dim, half_to_float):
+    return _along(lambda x, a: jax.nn.softmax(x, axis=a), self, dim)
+
+
+@lowers(aten._log_softmax.default)
+def log_softmax(self, dim, half_to_float):
+    return _along(lambda x, a: jax.nn.log_softmax(x, axis=a), self, dim)
+
+
+@lowers(aten._safe_softmax.default)
+def safe_softmax(self, dim, dtype=None):
+    # Rows that are entirely -inf (fully masked attention rows) give zeros, not NaN.
+    def fn(x, axis):
+        x = x.astype(dtype) if dtype is not None else x
+        masked = jnp.all(x == -jnp.inf, axis=axis, keepdims=True)
+        return jnp.where(masked, 0, jax.nn.softmax(x, axis=axis))
+
+    return _along(fn, self, dim)
+
+
+@lowers(aten._softmax_backward_data.default)
+def softmax_backward_data(grad_output, output, dim, input_dtype):
+    def fn(g, a):
+        y = _up(output).reshape(g.shape)
+        return y * (g - jnp.sum(g * y, axis=a, keepdims=True))
+
+    return _along(fn, grad_output, dim)
+
+
+@lowers(aten._log_softmax_backward_data.default)
+def log_softmax_backward_data(grad_output, output, dim, input_dtype):
+    def fn(g, a):
+        return g - jnp.exp(_up(output).reshape(g.shape)) * jnp.sum(g, axis=a, keepdims=True)
+
+    return _along(fn, grad_output, dim)
+
+
+# -------------------------------------------------------------------------------- losses
+def _class_weights(self, target, weight, ignore_index):
+    """Per-target weights (0 where ignored) and targets clamped to valid class indices."""
+    class_dim = 0 if self.ndim == 1 else 1
+    safe = jnp.clip(target, 0, self.shape[class_dim] - 1)
+    w = jnp.ones(target.shape, _up(self).dtype) if weight is None else _up(weight)[safe]
+    return jnp.where(target == ignore_index, 0, w), safe, class_dim
+
+
+@lowers(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default)
+def nll_loss_forward(self, target, weight, reduction, ignore_index):
+    w, safe, class_dim = _class_weights(self, target, weight, ignore_index)
+    picked = jnp.take_along_axis(_up(self), jnp.expand_dims(safe, class_dim), axis=class_dim)
+    loss = -jnp.squeeze(picked, class_dim) * w
+    total_weight = jnp.sum(w)
+    if reduction == _MEAN:
+        return jnp.sum(loss) / total_weight, total_weight
+    return _reduce(loss, reduction), total_weight
+
+
+@lowers(aten.nll_loss_backward.default, aten.nll_loss2d_backward.default)
+def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight):
+    w, safe, class_dim = _class_weights(self, target, weight, ignore_index)
+    g = _up(grad_output)
+    if reduction == _MEAN:
+        g = g / total_weight
+    picked = jnp.expand_dims(jnp.broadcast_to(-g * w, target.shape), class_dim)
+    onehot = jnp.arange(self.shape[class_dim]).reshape((-1,) + (1,) * (self.ndim - class_dim - 1))
+    onehot = onehot == jnp.expand_dims(safe, class_dim)
+    return jnp.where(onehot, picked, 0).astype(self.dtype)
+
+
+@lowers(aten.mse_loss.default)
+def mse_loss(self, target, reduction=_MEAN):
+    return _reduce(jnp.square(_up(self) - _up(target)), reduction).astype(self.dtype)
+
+
+@lowers(aten.mse_loss_backward.default)
+def mse_loss_backward(grad_output, self, target, reduction):
+    g = _grad_of_reduction(_up(grad_output), self.shape, reduction)
+    return (2 * (_up(self) - _up(target)) * g).astype(self.dtype)
+
+
+@lowers(aten.binary_cross_entropy.default)
+def binary_cross_entropy(self, target, weight=None, reduction=_MEAN):
+    x, t = _up(self), _up(target)
+    # PyTorch clamps the logs at -100 so that x = 0 or 1 gives a finite loss.
+    loss = -(t * jnp.maximum(jnp.log(x), -100) + (1 - t) * jnp.maximum(jnp.log1p(-x), -100))
+    if weight is not None:
+        loss = loss * _up(weight)
+    return _reduce(loss, reduction).astype(self.dtype)
+
+
+@lowers(aten.binary_cross_entropy_backward.default)
+def binary_cross_entropy_backward(grad_output, self, target, weight=None, reduction=_MEAN):
+    x, t = _up(self), _up(target)
+    grad = _grad_of_reduction(_up(grad_output), self.shape, reduction) * (x - t) / jnp.maximum(
+        (1 - x) * x, 1e-12)
+    if weight is not None:
+        grad = grad * _up(weight)
+    return grad.astype(self.dtype)
+
+
+def _smooth_l1(d, beta):
+    ad = jnp.abs(d)
+    return ad if beta == 0 else jnp.where(ad < beta, 0.5 * d * d / beta, ad - 0.5 * beta)
+
+
+@lowers(aten.smooth_l1_loss.default)
+def smooth_l1_loss(self, target, reduction=_MEAN, beta=1.0):
+    return _reduce(_smooth_l1(_up(self) - _up(target), beta), reduction).astype(self.dtype)
+
+
+@lowers(aten.smooth_l1_loss_backward.default)
+def smooth_l1_loss_backward(grad_output, self, target, reduction, beta):
+    d = _up(self) - _up(target)
+    slope = jnp.sign(d) if beta == 0 else jnp.where(jnp.abs(d) < beta, d / beta, jnp.sign(d))
+    return (slope * _grad_of_reduction(_up(grad_output), self.shape, reduction)).astype(self.dtype)
+
+
+@lowers(aten.huber_loss.default)
+def huber_loss(self, target, reduction=_MEAN, delta=1.0):
+    d = _up(self) - _up(target)
+    ad = jnp.abs(d)
+    loss = jnp.where(ad < delta, 0.5 * d * d, delta * (ad - 0.5 * delta))
+    return _reduce(loss, reduction).astype(self.dtype)
+
+
+@lowers(aten.huber_loss_backward.default)
+def huber_loss_backward(grad_output, self, target, reduction, delta):
+    d = _up(self) - _up(target)
+    slope = jnp.clip(d, -delta, delta)
+    return (slope * _grad_of_reduction(_up(grad_output), self.shape, reduction)).astype(self.dtype)
+
+
+# --------------------------------------------------------------------- embedding, dropout, gelu
+@lowers(aten.embedding.default)
+def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return jnp.take(weight, indices, axis=0)
+
+
+@lowers(aten.embedding_dense_backward.default)
+def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
+    idx = indices.reshape(-1)
+    g = _up(grad_output).reshape(idx.shape[0], -1)
+    g = jnp.where((idx == padding_idx)[:, None], 0, g)
+    if scale_grad_by_freq:
+        counts = jnp.zeros((num_weights,), g.dtype).at[idx].add(1)
+        g = g / counts[idx][:, None]
+    grad = jnp.zeros((num_weights, g.shape[1]), g.dtype).at[idx].add(g)
+    return grad.astype(grad_output.dtype)
+
+
+@lowers(aten.native_dropout.default, random=True)
+def native_dropout(input, p, train, *, key):
+    if train is False:
+        return input, jnp.ones(input.shape, jnp.bool_)
+    keep = jax.random.bernoulli(key, 1 - p, input.shape)
+    scale = 0.0 if p == 1 else 1 / (1 - p)
+    return (jnp.where(keep, _up(input) * scale, 0)).astype(input.dtype), keep
+
+
+@lowers(aten.native_dropout_backward.default)
+def native_dropout_backward(grad_output, mask, scale):
+    return (_up(grad_output) * mask * scale).astype(grad_output.dtype)

@@ -1,1 +1,395 @@
-"""Lowerings: reductions."""
+"""Lowerings: reductions, scans, sorting.
+
+The driver takes output shapes and dtypes from PyTorch's meta kernels, so these functions
+only choose the axes and the precision. PyTorch's rules they follow:
+- `dim=None` or an empty dim list reduces every axis (except any/all.dims, where [] reduces
+  none); a 0-dim tensor accepts dim 0 / -1 and reduces nothing.
+- integer and bool sums, products and cumulative sums accumulate in int64; `dtype=` casts the
+  input first; float16/bfloat16 accumulate in float32 and round once at the end.
+- max/min/argmax/argmin propagate NaN and return the first index of the winner; cummax/cummin
+  the last (CPU compares with >=).
+"""
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+import torch
+from jax import lax
+
+from ..runtime.dtypes import to_jax
+from . import aten, lowers
+
+INDEX = jnp.int64
+
+
+def _axes(x, dim, empty_means_all=True) -> tuple[int, ...]:
+    if x.ndim == 0:
+        return ()
+    if dim is None:
+        return tuple(range(x.ndim))
+    dims = list(dim) if isinstance(dim, (list, tuple)) else [dim]
+    if not dims:
+        return tuple(range(x.ndim)) if empty_means_all else ()
+    return tuple(sorted({d % x.ndim for d in dims}))
+
+
+def _axis(x, dim: int) -> int:
+    return dim % x.ndim
+
+
+def _is_low_float(dtype) -> bool:
+    return dtype in (jnp.float16, jnp.bfloat16)
+
+
+def _opmath(x):
+    """`x` in the precision PyTorch computes it in."""
+    return x.astype(jnp.float32) if _is_low_float(x.dtype) else x
+
+
+def _is_integral(dtype) -> bool:
+    return jnp.issubdtype(dtype, jnp.integer) or dtype == jnp.bool_
+
+
+def _accumulating(x, dtype):
+    """Input of a sum-like op: cast to `dtype=` if given, integers and bools to int64."""
+    if dtype is not None:
+        x = x.astype(to_jax(dtype))
+    elif _is_integral(x.dtype):
+        x = x.astype(INDEX)
+    return _opmath(x)
+
+
+def _count(x, axes) -> int:
+    return math.prod(x.shape[a] for a in axes)
+
+
+def _default_float():
+    return to_jax(torch.get_default_dtype())
+
+
+def _as_float(x):
+    """Integer inputs of ops that PyTorch computes in the default float dtype."""
+    return _opmath(x.astype(_default_float()) if _is_integral(x.dtype) else x)
+
+
+# ------------------------------------------------------------------ sums and products
+@lowers(aten.sum.default)
+def sum_(self, *, dtype=None):
+    return jnp.sum(_accumulating(self, dtype))
+
+
+@lowers(aten.sum.dim_IntList)
+def sum_dim(self, dim, keepdim=False, *, dtype=None):
+    return jnp.sum(_accumulating(self, dtype), _axes(self, dim), keepdims=keepdim)
+
+
+@lowers(aten.nansum.default)
+def nansum(self, dim=None, keepdim=False, *, dtype=None):
+    x = _accumulating(self, dtype)
+    x = jnp.where(jnp.isnan(x), jnp.zeros((), x.dtype), x) if jnp.issubdtype(x.dtype, jnp.inexact) else x
+    return jnp.sum(x, _axes(self, dim), keepdims=keepdim)
+
+
+@lowers(aten.mean.default)
+def mean(self, *, dtype=None):
+    return mean_dim(self, None, dtype=dtype)
+
+
+@lowers(aten.mean.dim)
+def mean_dim(self, dim, keepdim=False, *, dtype=None):
+    axes = _axes(self, dim)
+    x = _opmath(self.astype(to_jax(dtype)) if dtype is not None else self)
+    # sum / n (not jnp.mean) so that an empty reduction is 0/0 = nan as in PyTorch
+    return jnp.sum(x, axes, keepdims=keepdim) / jnp.asarray(_count(self, axes), x.dtype)
+
+
+@lowers(aten.prod.default)
+def prod(self, *, dtype=None):
+    return jnp.prod(_accumulating(self, dtype))
+
+
+@lowers(aten.prod.dim_int)
+def prod_dim(self, dim, keepdim=False, *, dtype=None):
+    return jnp.prod(_accumulating(self, dtype), _axes(self, dim), keepdims=keepdim)
+
+
+@lowers(aten.count_nonzero.default)
+def count_nonzero(self, dim=None):
+    return jnp.sum(self != 0, _axes(self, dim), dtype=INDEX)
+
+
+@lowers(aten.count_nonzero.dim_IntList)
+def count_nonzero_dims(self, dim):
+    return jnp.sum(self != 0, _axes(self, dim), dtype=INDEX)
+
+
+@lowers(aten.logsumexp.default)
+def logsumexp(self, dim, keepdim=False):
+    x = _as_float(self)
+    axes = _axes(x, dim)
+    # Shift by the max, except where it is infinite (all -inf stays -inf, any +inf gives +inf).
+    m = jnp.max(x, axes, keepdims=True, initial=-jnp.inf)
+    m = jnp.where(jnp.isinf(m), jnp.zeros((), x.dtype), m)
+    out = jnp.log(jnp.sum(jnp.exp(x - m), axes, keepdims=True)) + m
+    return out if keepdim else jnp.squeeze(out, axes)
+
+
+# ------------------------------------------------------------------ extrema
+@lowers(aten.amax.default)
+def amax(self, dim=(), keepdim=False):
+    return jnp.max(self, _axes(self, dim), keepdims=keepdim)
+
+
+@lowers(aten.amin.default)
+def amin(self, dim=(), keepdim=False):
+    return jnp.min(self, _axes(self, dim), keepdims=keepdim)
+
+
+@lowers(aten.max.default)
+def max_(self):
+    return jnp.max(self)
+
+
+@lowers(aten.min.default)
+def min_(self):
+    return jnp.min(self)
+
+
+@lowers(aten.aminmax.default)
+def aminmax(self, *, dim=None, keepdim=False):
+    axes = _axes(self, dim)
+    return jnp.min(self, axes, keepdims=keepdim), jnp.max(self, axes, keepdims=keepdim)
+
+
+def _arg(pick, x, dim, keepdim):
+    """Index of the first NaN or else the first extreme value (jnp.argmax/argmin agree with CPU)."""
+    if x.ndim == 0:
+        return jnp.zeros((), INDEX)
+    if dim is None:
+        index = pick(x.reshape(-1))
+        return index.reshape((1,) * x.ndim) if keepdim else index
+    return pick(x, _axis(x, dim), keepdims=keepdim)
+
+
+@lowers(aten.argmax.default)
+def argmax(self, dim=None, keepdim=False):
+    return _arg(jnp.argmax, self, dim, keepdim)
+
+
+@lowers(aten.argmin.default)
+def argmin(self, dim=None, keepdim=False):
+    return _arg(jnp.argmin, self, dim, keepdim)
+
+
+def _extreme_along(pick, x, dim, keepdim):
+    """(values, indices) along `dim`; the values are read at the indices so the two agree."""
+    if x.ndim == 0:
+        return x, jnp.zeros((), INDEX)
+    axis = _axis(x, dim)
+    index = pick(x, axis, keepdims=True)
+    values = jnp.take_along_axis(x, index, axis)
+    if not keepdim:
+        values, index = jnp.squeeze(values, axis), jnp.squeeze(index, axis)
+    return values, index
+
+
+@lowers(aten.max.dim)
+def max_dim(self, dim, keepdim=False):
+    return _extreme_along(jnp.argmax, self, dim, keepdim)
+
+
+@lowers(aten.min.dim)
+def min_dim(self, dim, keepdim=False):
+    return _extreme_along(jnp.argmin, self, dim, keepdim)
+
+
+# ------------------------------------------------------------------ moments
+def _moments(x, dim, correction, keepdim):
+    """(variance, mean) with divisor max(0, n - correction); correction defaults to 1."""
+    x = _opmath(x)
+    axes = _axes(x, dim)
+    n = _count(x, axes)
+    mean = jnp.sum(x, axes, keepdims=True) / jnp.asarray(n, x.dtype)
+    dev = x - mean
+    squares = jnp.real(dev * jnp.conj(dev)) if jnp.iscomplexobj(dev) else dev * dev
+    real = squares.dtype
+    c = jnp.asarray(1 if correction is None else correction).astype(real)
+    var = jnp.sum(squares, axes, keepdims=keepdim) / jnp.maximum(jnp.asarray(n, real) - c, 0)
+    return var, mean if keepdim else jnp.squeeze(mean, axes)
+
+
+@lowers(aten.var.correction)
+def var(self, dim=None, *, correction=None, keepdim=False):
+    return _moments(self, dim, correction, keepdim)[0]
+
+
+@lowers(aten.std.correction)
+def std(self, dim=None, *, correction=None, keepdim=False):
+    return jnp.sqrt(_moments(self, dim, correction, keepdim)[0])
+
+
+@lowers(aten.var_mean.correction)
+def var_mean(self, dim=None, *, correction=None, keepdim=False):
+    return _moments(self, dim, correction, keepdim)
+
+
+@lowers(aten.std_mean.correction)
+def std_mean(self, dim=None, *, correction=None, keepdim=False):
+    v, m = _moments(self, dim, correction, keepdim)
+    return jnp.sqrt(v), m
+
+
+# ------------------------------------------------------------------ logical
+def _truth(x):
+    return x if x.dtype == jnp.bool_ else x != 0
+
+
+@lowers(aten.any.default)
+def any_(self):
+    return jnp.any(_truth(self))
+
+
+@lowers(aten.any.dim)
+def any_dim(self, dim, keepdim=False):
+    return jnp.any(_truth(self), _axes(self, dim), keepdims=keepdim)
+
+
+@lowers(aten.any.dims)
+def any_dims(self, dim=None, keepdim=False):
+    return jnp.any(_truth(self), _axes(self, dim, empty_means_all=False), keepdims=keepdim)
+
+
+@lowers(aten.all.default)
+def all_(self):
+    return jnp.all(_truth(self))
+
+
+@lowers(aten.all.dim)
+def all_dim(self, dim, keepdim=False):
+    return jnp.all(_truth(self), _axes(self, dim), keepdims=keepdim)
+
+
+@lowers(aten.all.dims)
+def all_dims(self, dim=None, keepdim=False):
+    return jnp.all(_truth(self), _axes(self, dim, empty_means_all=False), keepdims=keepdim)
+
+
+# ------------------------------------------------------------------ norms
+def _vector_norm(x, ord, axes, keepdim):
+    """The p-norm of |x| over `axes`. `ord` is traced, so the special orders (inf, -inf, 0, 1,
+    2) are branches of one lax.switch rather than Python cases."""
+    a = _opmath(jnp.abs(x))
+    p = jnp.asarray(ord).astype(a.dtype)
+
+    def general(a):
+        return jnp.sum(a ** p, axes, keepdims=keepdim) ** (1 / p)
+
+    branches = (
+        lambda a: jnp.max(a, axes, keepdims=keepdim, initial=0),
+        lambda a: jnp.min(a, axes, keepdims=keepdim, initial=jnp.inf),
+        lambda a: jnp.sum(a != 0, axes, keepdims=keepdim).astype(a.dtype),
+        lambda a: jnp.sum(a, axes, keepdims=keepdim),
+        lambda a: jnp.sqrt(jnp.sum(a * a, axes, keepdims=keepdim)),
+        general,
+    )
+    which = jnp.select([p == jnp.inf, p == -jnp.inf, p == 0, p == 1, p == 2], jnp.arange(5), 5)
+    return lax.switch(which, branches, a)
+
+
+@lowers(aten.linalg_vector_norm.default)
+def linalg_vector_norm(self, ord=2, dim=None, keepdim=False, *, dtype=None):
+    x = self.astype(to_jax(dtype)) if dtype is not None else self
+    return _vector_norm(x, ord, _axes(x, dim), keepdim)
+
+
+@lowers(aten.norm.ScalarOpt_dim)
+def norm_dim(self, p, dim, keepdim=False):
+    return _vector_norm(self, 2 if p is None else p, _axes(self, dim), keepdim)
+
+
+@lowers(aten.norm.Scalar)
+def norm(self, p=2):
+    return _vector_norm(self, p, _axes(self, None), False)
+
+
+# ------------------------------------------------------------------ scans
+@lowers(aten.cumsum.default)
+def cumsum(self, dim, *, dtype=None):
+    x = _accumulating(self, dtype)
+    return x if x.ndim == 0 else jnp.cumsum(x, _axis(x, dim))
+
+
+@lowers(aten.cumprod.default)
+def cumprod(self, dim, *, dtype=None):
+    x = _accumulating(self, dtype)
+    return x if x.ndim == 0 else jnp.cumprod(x, _axis(x, dim))
+
+
+@lowers(aten.logcumsumexp.default)
+def logcumsumexp(self, dim):
+    x = _as_float(self)
+    return x if x.ndim == 0 else lax.cumlogsumexp(x, _axis(x, dim))
+
+
+def _cumulative_extreme(x, dim, later_wins):
+    """(values, indices) of a running max/min. NaN beats everything; among equal values the
+    later index wins, as on CPU."""
+    if x.ndim == 0:
+        return x, jnp.zeros((), INDEX)
+    axis = _axis(x, dim)
+    index = lax.broadcasted_iota(INDEX, x.shape, axis)
+    floating = jnp.issubdtype(x.dtype, jnp.inexact)
+
+    def combine(a, b):
+        (va, ia), (vb, ib) = a, b
+        take_b = later_wins(vb, va)
+        if floating:
+            take_b = jnp.isnan(vb) | (~jnp.isnan(va) & take_b)
+        return jnp.where(take_b, vb, va), jnp.where(take_b, ib, ia)
+
+    return lax.associative_scan(combine, (x, index), axis=axis)
+
+
+@lowers(aten.cummax.default)
+def cummax(self, dim):
+    return _cumulative_extreme(self, dim, lambda b, a: b >= a)
+
+
+@lowers(aten.cummin.default)
+def cummin(self, dim):
+    return _cumulative_extreme(self, dim, lambda b, a: b <= a)
+
+
+# ------------------------------------------------------------------ sorting
+def _sort_key(x):
+    """Values as PyTorch orders them: -0.0 equals 0.0 and every NaN is one NaN above +inf
+    (XLA's total order would split them)."""
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        return x
+    x = jnp.where(x == 0, jnp.zeros((), x.dtype), x)
+    return jnp.where(jnp.isnan(x), jnp.full((), jnp.nan, x.dtype), x)
+
+
+def _stable_order(x, axis, descending):
+    return jnp.argsort(_sort_key(x), axis=axis, stable=True, descending=descending).astype(INDEX)
+
+
+@lowers(aten.sort.stable)
+def sort(self, *, stable, dim=-1, descending=False):
+    # Always stable: an unstable sort may order ties any way, and stable is one such way.
+    if self.ndim == 0:
+        return self, jnp.zeros((), INDEX)
+    axis = _axis(self, dim)
+    index = _stable_order(self, axis, descending)
+    return jnp.take_along_axis(self, index, axis), index
+
+
+@lowers(aten.topk.default)
+def topk(self, k, dim=-1, largest=True, sorted=True):
+    # A full stable sort: its first k are sorted (which sorted=False also allows).
+    if self.ndim == 0:
+        return self, jnp.zeros((), INDEX)
+    axis = _axis(self, dim)
+    index = lax.slice_in_dim(_stable_order(self, axis, largest), 0, k, axis=axis)
+    return jnp.take_along_axis(self, index, axis), index

@@ -1,1 +1,93 @@
-"""Lowerings: shape."""
+"""Lowerings: ops that copy values into a new shape (cat, pad, flip, roll, repeat, ...).
+
+Views (view, transpose, split, unfold, ...) need no lowering: the fallback aliases them.
+`x.to(dtype)`, `.double()`, `.contiguous()` and reshape of a non-contiguous tensor reach
+`_to_copy` / `_reshape_copy`, whose composite kernels allocate and call `copy_`; `_to_copy`
+stays unlowered because it also carries device moves, which are not a computation.
+"""
+from __future__ import annotations
+
+import functools
+
+import jax.numpy as jnp
+from jax import lax
+
+from . import aten, lowers
+
+
+def _promoted(tensors):
+    """The tensors cast to their common dtype. Tensor-only promotion, where JAX (x64, no weak
+    types) and PyTorch agree."""
+    dtype = functools.reduce(jnp.promote_types, [t.dtype for t in tensors])
+    return [t.astype(dtype) for t in tensors]
+
+
+@lowers(aten.cat.default)
+def cat(tensors, dim=0):
+    tensors = _promoted(tensors)
+    # PyTorch skips empty tensors, including legacy 1-D ones of any rank; the driver
+    # broadcasts an all-empty result to the meta shape.
+    kept = [t for t in tensors if t.size]
+    if not kept:
+        return jnp.zeros((), tensors[0].dtype)
+    return jnp.concatenate(kept, axis=dim % kept[0].ndim)
+
+
+@lowers(aten.stack.default)
+def stack(tensors, dim=0):
+    return jnp.stack(_promoted(tensors), axis=dim % (tensors[0].ndim + 1))
+
+
+@lowers(aten.clone.default)
+def clone(self, *, memory_format=None):
+    # The layout memory_format asks for comes from the meta kernel; the values are the input's.
+    return self
+
+
+@lowers(aten.constant_pad_nd.default)
+def constant_pad_nd(self, pad, value=0):
+    # pad pairs run from the last dim backwards; negative amounts crop, which lax.pad allows.
+    widths = [(0, 0, 0)] * self.ndim
+    for i in range(len(pad) // 2):
+        widths[self.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1], 0)
+    return lax.pad(self, jnp.asarray(value).astype(self.dtype), widths)
+
+
+@lowers(aten.flip.default)
+def flip(self, dims):
+    axes = tuple({d % self.ndim for d in dims}) if self.ndim else ()
+    return jnp.flip(self, axes) if axes else self
+
+
+@lowers(aten.roll.default)
+def roll(self, shifts, dims=()):
+    if not dims:  # roll the flattened tensor
+        return jnp.roll(self.reshape(-1), shifts[0]).reshape(self.shape)
+    return jnp.roll(self, tuple(shifts), tuple(d % self.ndim for d in dims))
+
+
+@lowers(aten.repeat.default)
+def repeat(self, repeats):
+    return jnp.tile(self, tuple(repeats))
+
+
+@lowers(aten.tril.default)
+def tril(self, diagonal=0):
+    return jnp.tril(self, diagonal)
+
+
+@lowers(aten.triu.default)
+def triu(self, diagonal=0):
+    return jnp.triu(self, diagonal)
+
+
+@lowers(aten.diag_embed.default)
+def diag_embed(self, offset=0, dim1=-2, dim2=-1):
+    """The last dim of `self` as the `offset` diagonal of new dims (dim1, dim2)."""
+    n = self.shape[-1]
+    size = n + abs(offset)
+    ndim = self.ndim + 1
+    rows = jnp.arange(n) + max(-offset, 0)
+    cols = jnp.arange(n) + max(offset, 0)
+    out = jnp.zeros(self.shape[:-1] + (size, size), self.dtype).at[..., rows, cols].set(self)
+    return jnp.moveaxis(out, (-2, -1), (dim1 % ndim, dim2 % ndim))

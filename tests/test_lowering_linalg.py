@@ -1,0 +1,72 @@
+import pytest
+import torch
+from reference import check
+
+import torchneuron
+from torchneuron.eager import fallback
+
+
+@pytest.fixture(autouse=True)
+def no_fallback():
+    """Every op must run as its own lowering: no CPU fallback, no decomposition."""
+    saved = torchneuron.config.FALLBACK
+    torchneuron.config.FALLBACK = "error"
+    before = dict(fallback.decomposed)
+    yield
+    torchneuron.config.FALLBACK = saved
+    assert dict(fallback.decomposed) == before
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_mm_bmm_dot_mv(dtype):
+    a, b = torch.randn(3, 5, dtype=dtype), torch.randn(5, 4, dtype=dtype)
+    check(torch.mm, a, b, grad=True)
+    check(torch.bmm, torch.randn(2, 3, 5, dtype=dtype), torch.randn(2, 5, 4, dtype=dtype), grad=True)
+    check(torch.dot, torch.randn(5, dtype=dtype), torch.randn(5, dtype=dtype), grad=True)
+    check(torch.mv, a, torch.randn(5, dtype=dtype), grad=True)
+
+
+def test_noncontiguous_and_matmul():
+    a = torch.randn(5, 3).t()
+    b = torch.randn(10, 4)[::2]
+    check(torch.mm, a, b, grad=True)
+    check(torch.matmul, torch.randn(2, 3, 4, 5).transpose(-1, -2), torch.randn(4, 6), grad=True)
+    check(torch.nn.functional.linear, torch.randn(4, 8), torch.randn(3, 8), torch.randn(3), grad=True)
+
+
+def test_addmm_beta_alpha():
+    s, a, b = torch.randn(3, 4), torch.randn(3, 5), torch.randn(5, 4)
+    check(lambda s, a, b: torch.addmm(s, a, b, beta=0.5, alpha=2.0), s, a, b, grad=True)
+    check(lambda s, a, b: torch.addmm(s, a, b), torch.randn(4), a, b, grad=True)
+    # beta=0 ignores self, NaNs included
+    check(lambda s, a, b: torch.addmm(s, a, b, beta=0), torch.full((3, 4), float("nan")), a, b)
+
+
+def test_addmv_baddbmm_addbmm_addr():
+    check(lambda s, m, v: torch.addmv(s, m, v, beta=2, alpha=0.5), torch.randn(3), torch.randn(3, 4),
+          torch.randn(4), grad=True)
+    b1, b2 = torch.randn(2, 3, 4), torch.randn(2, 4, 5)
+    check(lambda s, x, y: torch.baddbmm(s, x, y, beta=0.5, alpha=-1), torch.randn(2, 3, 5), b1, b2, grad=True)
+    check(lambda s, x, y: torch.addbmm(s, x, y, alpha=3), torch.randn(3, 5), b1, b2, grad=True)
+    check(lambda s, x, y: torch.addr(s, x, y, beta=2), torch.randn(3, 4), torch.randn(3), torch.randn(4))
+
+
+def test_integer_and_out_and_inplace():
+    a, b = torch.randint(-5, 5, (3, 4)), torch.randint(-5, 5, (4, 2))
+    check(torch.mm, a, b)
+    check(lambda s, a, b: s.addmm_(a, b), torch.randn(3, 2), torch.randn(3, 4), torch.randn(4, 2))
+    check(lambda a, b, o: torch.mm(a, b, out=o), torch.randn(3, 4), torch.randn(4, 2), torch.empty(0))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_accumulates_in_float32(dtype):
+    a, b = torch.randn(8, 64, dtype=dtype), torch.randn(64, 8, dtype=dtype)
+    check(torch.mm, a, b, rtol=1e-2, atol=1e-2)
+    check(torch.bmm, a[None], b[None], rtol=1e-2, atol=1e-2)
+    check(lambda s, a, b: torch.addmm(s, a, b, alpha=0.5), torch.randn(8, 8, dtype=dtype), a, b,
+          rtol=1e-2, atol=1e-2)
+
+
+def test_empty():
+    check(torch.mm, torch.randn(0, 3), torch.randn(3, 4))
+    check(torch.mm, torch.randn(2, 0), torch.randn(0, 4))

@@ -1,0 +1,278 @@
+import pytest
+import torch
+import torch.nn.functional as F
+from reference import check, to_neuron
+from torch import nn
+
+import torchneuron
+from torchneuron.eager import fallback
+
+
+@pytest.fixture(autouse=True)
+def no_fallback():
+    """Every op must run as its own lowering: no CPU fallback, no decomposition."""
+    saved = torchneuron.config.FALLBACK
+    torchneuron.config.FALLBACK = "error"
+    before = dict(fallback.decomposed)
+    yield
+    torchneuron.config.FALLBACK = saved
+    assert dict(fallback.decomposed) == before
+
+
+FLOATS = [torch.float32, torch.float64]
+
+
+# ----------------------------------------------------------------------------- convolution
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("kw", [{}, {"stride": 2, "padding": 1}, {"dilation": 2, "padding": 2},
+                                {"groups": 2, "padding": (1, 0)}, {"padding": "same"}])
+def test_conv2d(dtype, kw):
+    x, w, b = torch.randn(2, 4, 7, 6, dtype=dtype), torch.randn(6, 4 // kw.get("groups", 1), 3, 3,
+                                                                 dtype=dtype), torch.randn(6, dtype=dtype)
+    check(lambda x, w, b: F.conv2d(x, w, b, **kw), x, w, b, grad=True)
+
+
+def test_conv1d_3d_no_bias_noncontiguous():
+    check(lambda x, w: F.conv1d(x, w, stride=2), torch.randn(2, 7, 3).transpose(1, 2), torch.randn(5, 3, 2),
+          grad=True)
+    check(lambda x, w: F.conv3d(x, w, padding=1), torch.randn(1, 2, 4, 4, 4), torch.randn(3, 2, 3, 3, 3),
+          grad=True)
+
+
+@pytest.mark.parametrize("kw", [{}, {"stride": 2, "padding": 1, "output_padding": 1},
+                                {"groups": 2, "dilation": 2}, {"stride": (2, 3), "output_padding": (1, 2)}])
+def test_conv_transpose2d(kw):
+    x, w, b = torch.randn(2, 4, 5, 4), torch.randn(4, 3, 3, 3), torch.randn(3 * kw.get("groups", 1))
+    check(lambda x, w, b: F.conv_transpose2d(x, w, b, **kw), x, w, b, grad=True)
+
+
+def test_conv2d_module_bfloat16():
+    m = nn.Conv2d(3, 4, 3, padding=1).to(torch.bfloat16)
+    check(lambda x: m.to(x.device)(x), torch.randn(2, 3, 5, 5, dtype=torch.bfloat16), rtol=2e-2, atol=2e-2)
+
+
+# --------------------------------------------------------------------------------- pooling
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("kw", [{"kernel_size": 2}, {"kernel_size": 3, "stride": 2, "padding": 1},
+                                {"kernel_size": (2, 3), "stride": 1, "dilation": 2},
+                                {"kernel_size": 3, "stride": 2, "ceil_mode": True}])
+def test_max_pool2d(dtype, kw):
+    x = torch.randn(2, 3, 7, 8, dtype=dtype)
+    check(lambda x: F.max_pool2d(x, return_indices=True, **kw), x, grad=True)
+
+
+def test_max_pool_module_unbatched_noncontiguous():
+    check(nn.MaxPool2d(2), torch.randn(3, 8, 6)[:, ::2].transpose(1, 2), grad=True)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("kw", [{"kernel_size": 2}, {"kernel_size": 3, "stride": 2, "padding": 1},
+                                {"kernel_size": 3, "stride": 2, "padding": 1, "count_include_pad": False},
+                                {"kernel_size": 3, "stride": 2, "ceil_mode": True},
+                                {"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True, "count_include_pad": False},
+                                {"kernel_size": 2, "divisor_override": 3}])
+def test_avg_pool2d(dtype, kw):
+    check(lambda x: F.avg_pool2d(x, **kw), torch.randn(2, 3, 7, 8, dtype=dtype), grad=True)
+
+
+@pytest.mark.parametrize("size", [1, 3, (2, 5), (4, 4)])
+def test_adaptive_avg_pool2d(size):
+    check(nn.AdaptiveAvgPool2d(size), torch.randn(2, 3, 7, 5), grad=True)
+    check(nn.AdaptiveAvgPool2d(size), torch.randn(3, 9, 5, dtype=torch.float64).transpose(1, 2), grad=True)
+
+
+# --------------------------------------------------------------------------- normalization
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_batch_norm_functional(dtype):
+    x, w, b = torch.randn(4, 3, 5, 2, dtype=dtype), torch.randn(3, dtype=dtype), torch.randn(3, dtype=dtype)
+    rm, rv = torch.randn(3, dtype=dtype), torch.rand(3, dtype=dtype) + 0.5
+    check(lambda x, w, b: F.batch_norm(x, rm.to(x.device), rv.to(x.device), w, b, training=False), x, w, b,
+          grad=True)
+    check(lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True), x, w, b, grad=True)
+    check(lambda x: F.batch_norm(x, None, None, training=True), x.transpose(0, 1), grad=True)
+
+
+@pytest.mark.parametrize("shape", [(4, 3, 5, 5), (6, 3), (4, 3, 7)])
+def test_batch_norm_module_running_stats(shape):
+    cpu = nn.BatchNorm2d(3) if len(shape) == 4 else nn.BatchNorm1d(3)
+    dev = to_neuron(cpu.state_dict())
+    dev_m = type(cpu)(3).to("neuron")
+    dev_m.load_state_dict(dev)
+    for step in range(3):
+        x = torch.randn(*shape) * (step + 1) + step
+        xc, xd = x.clone().requires_grad_(), x.to("neuron").requires_grad_()
+        yc, yd = cpu(xc), dev_m(xd)
+        torch.testing.assert_close(yd.cpu(), yc, rtol=1e-4, atol=1e-4)
+        seed = torch.randn(*shape)
+        yc.backward(seed)
+        yd.backward(seed.to("neuron"))
+        torch.testing.assert_close(xd.grad.cpu(), xc.grad, rtol=1e-4, atol=1e-4)
+    for name, value in cpu.state_dict().items():
+        torch.testing.assert_close(dev_m.state_dict()[name].cpu(), value, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(dev_m.weight.grad.cpu(), cpu.weight.grad, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(dev_m.bias.grad.cpu(), cpu.bias.grad, rtol=1e-4, atol=1e-4)
+    cpu.eval(), dev_m.eval()
+    x = torch.randn(*shape)
+    torch.testing.assert_close(dev_m(x.to("neuron")).cpu(), cpu(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_layer_norm(dtype):
+    x = torch.randn(2, 3, 4, 5, dtype=dtype)
+    check(lambda x, w, b: F.layer_norm(x, (4, 5), w, b), x, torch.randn(4, 5, dtype=dtype),
+          torch.randn(4, 5, dtype=dtype), grad=True)
+    check(lambda x: F.layer_norm(x, (5,)), x.transpose(1, 2), grad=True)
+    check(lambda x: torch.native_layer_norm(x, (5,), None, None, 1e-5), x, grad=True)
+
+
+def test_layer_norm_module_and_half():
+    m = nn.LayerNorm(6)
+    check(lambda x: m.to(x.device)(x), torch.randn(3, 6), grad=True)
+    check(lambda x: F.layer_norm(x, (6,)), torch.randn(3, 6, dtype=torch.bfloat16), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_group_norm(dtype):
+    x = torch.randn(2, 6, 3, 4, dtype=dtype)
+    check(lambda x, w, b: F.group_norm(x, 3, w, b), x, torch.randn(6, dtype=dtype), torch.randn(6, dtype=dtype),
+          grad=True)
+    check(lambda x: F.group_norm(x, 2), x[:, :, ::2], grad=True)
+
+
+# ------------------------------------------------------------------------------- softmax
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("dim", [0, -1, 1])
+def test_softmax_log_softmax(dtype, dim):
+    x = torch.randn(3, 4, 5, dtype=dtype)
+    check(lambda x: F.softmax(x, dim), x, grad=True)
+    check(lambda x: F.log_softmax(x, dim), x.transpose(0, 2), grad=True)
+
+
+def test_softmax_edge_cases():
+    check(lambda x: F.softmax(x, 0), torch.randn(()), grad=True)
+    check(lambda x: F.log_softmax(x, 0), torch.randn(()), grad=True)
+    check(lambda x: F.softmax(x, -1), torch.tensor([[0.0, float("-inf")], [1.0, 2.0]]))
+    check(lambda x: F.softmax(x, -1, dtype=torch.float32), torch.randn(3, 4, dtype=torch.float16),
+          rtol=1e-3, atol=1e-3)
+    check(lambda x: F.log_softmax(x, -1), torch.randn(3, 4, dtype=torch.bfloat16), rtol=2e-2, atol=2e-2)
+
+
+# -------------------------------------------------------------------------------- losses
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_nll_loss(reduction):
+    x, t, w = torch.randn(5, 4).log_softmax(-1), torch.tensor([0, 3, 1, -100, 2]), torch.rand(4)
+    check(lambda x: F.nll_loss(x, t.to(x.device), reduction=reduction), x, grad=True)
+    check(lambda x: F.nll_loss(x, t.to(x.device), w.to(x.device), reduction=reduction), x, grad=True)
+    check(lambda x: F.nll_loss(x, t[0].to(x.device), reduction=reduction), x[0], grad=True)
+    t2 = torch.randint(0, 4, (2, 3, 3))
+    t2[0, 0, 0] = 1
+    check(lambda x: F.nll_loss(x, t2.to(x.device), reduction=reduction, ignore_index=1),
+          torch.randn(2, 4, 3, 3, dtype=torch.float64), grad=True)
+
+
+@pytest.mark.parametrize("kw", [{}, {"ignore_index": 2}, {"label_smoothing": 0.1},
+                                {"label_smoothing": 0.2, "ignore_index": 0, "reduction": "sum"}])
+def test_cross_entropy(kw):
+    x, t = torch.randn(6, 5), torch.tensor([0, 2, 4, 2, 1, 3])
+    check(lambda x: F.cross_entropy(x, t.to(x.device), **kw), x, grad=True)
+
+
+def test_cross_entropy_probabilities_and_weight():
+    x, p = torch.randn(4, 3), torch.randn(4, 3).softmax(-1)
+    check(lambda x, p: F.cross_entropy(x, p), x, p, grad=True)
+    t = torch.tensor([0, 2, 1, 1])
+    w = torch.rand(3)
+    check(lambda x: F.cross_entropy(x, t.to(x.device), w.to(x.device)), x, grad=True)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_regression_losses(reduction, dtype):
+    x, y = torch.randn(3, 4, dtype=dtype) * 2, torch.randn(3, 4, dtype=dtype)
+    check(lambda x, y: F.mse_loss(x, y, reduction=reduction), x, y, grad=True)
+    check(lambda x, y: F.smooth_l1_loss(x, y, reduction=reduction, beta=0.5), x, y, grad=True)
+    check(lambda x, y: F.huber_loss(x, y, reduction=reduction, delta=0.7), x, y, grad=True)
+    p, t = torch.rand(3, 4, dtype=dtype) * 0.98 + 0.01, torch.rand(3, 4, dtype=dtype)
+    # target detached: its gradient needs aten.logit (elementwise family)
+    check(lambda p: F.binary_cross_entropy(p, t.to(p.device), reduction=reduction), p, grad=True)
+    w = torch.rand(4, dtype=dtype)
+    check(lambda p: F.binary_cross_entropy(p, t.to(p.device), w.to(p.device), reduction=reduction), p,
+          grad=True)
+
+
+# --------------------------------------------------------------------- embedding, dropout, gelu
+@pytest.mark.parametrize("kw", [{}, {"padding_idx": 1}, {"scale_grad_by_freq": True},
+                                {"padding_idx": 0, "scale_grad_by_freq": True}])
+def test_embedding(kw):
+    idx = torch.tensor([[1, 0, 3], [3, 3, 2]])
+    check(lambda w: F.embedding(idx.to(w.device), w, **kw), torch.randn(5, 4), grad=True)
+    check(lambda w: F.embedding(idx[:, ::2].to(w.device), w, **kw), torch.randn(5, 4, dtype=torch.float64),
+          grad=True)
+
+
+def test_embedding_module():
+    m = nn.Embedding(7, 3, padding_idx=2)
+    check(lambda i: m.to(i.device)(i), torch.tensor([0, 2, 6, 2]))
+
+
+def test_dropout_scale_and_identity():
+    x = torch.ones(64, 64)
+    xd = x.to("neuron").requires_grad_()
+    y = F.dropout(xd, 0.25)
+    kept = y.cpu() != 0
+    assert y.shape == x.shape
+    assert torch.all(y.cpu()[kept] == 1 / 0.75)
+    assert 0.6 < kept.float().mean() < 0.9
+    y.backward(torch.ones(64, 64).to("neuron"))
+    assert torch.equal(xd.grad.cpu(), y.detach().cpu())
+    check(lambda x: F.dropout(x, 0.0), torch.randn(3, 4), grad=True)
+    check(lambda x: F.dropout(x, 0.5, training=False), torch.randn(3, 4), grad=True)
+    check(lambda x: F.dropout(x, 1.0), torch.randn(3, 4), grad=True)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_gelu(approximate, dtype):
+    check(lambda x: F.gelu(x, approximate=approximate), torch.randn(4, 5, dtype=dtype).t(), grad=True)
+
+
+# -------------------------------------------------------------------------------- attention
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("kw", [{}, {"is_causal": True}, {"scale": 0.3}, {"enable_gqa": True}])
+def test_sdpa(dtype, kw):
+    q = torch.randn(2, 4, 5, 8, dtype=dtype)
+    kv_heads = 2 if kw.get("enable_gqa") else 4
+    k, v = torch.randn(2, kv_heads, 6, 8, dtype=dtype), torch.randn(2, kv_heads, 6, 8, dtype=dtype)
+    check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, **kw), q, k, v, grad=True)
+
+
+def test_sdpa_masks_and_noncontiguous():
+    q, k, v = torch.randn(2, 5, 3, 8).transpose(1, 2), torch.randn(2, 3, 6, 8), torch.randn(2, 3, 6, 8)
+    bool_mask = torch.rand(5, 6) > 0.3
+    bool_mask[:, 0] = True
+    check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=bool_mask.to(q.device)), q, k, v,
+          grad=True)
+    float_mask = torch.randn(2, 1, 5, 6)
+    check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), q, k, v, float_mask,
+          grad=True)
+    # a fully masked row gives zeros, as on CPU
+    bool_mask[1] = False
+    check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=bool_mask.to(q.device)), q, k, v)
+
+
+# ------------------------------------------------------------------------ direct op coverage
+def test_backward_ops_with_output_mask():
+    x, w = torch.randn(2, 3, 5, 5), torch.randn(4, 3, 3, 3)
+    check(lambda x, w: F.conv2d(x, w.detach()), x, w, grad=True)
+    check(lambda x, w: F.conv2d(x.detach(), w), x, w, grad=True)
+    check(lambda x, w, b: F.layer_norm(x.detach(), (5,), w, b), x, torch.randn(5), torch.randn(5), grad=True)
+
+
+def test_native_batch_norm_ops():
+    x, w, b, rm, rv = torch.randn(4, 3, 2), torch.randn(3), torch.randn(3), torch.randn(3), torch.rand(3) + 1
+    check(lambda *a: torch.ops.aten._native_batch_norm_legit_functional(*a, True, 0.1, 1e-5), x, w, b, rm, rv)
+    check(lambda *a: torch.ops.aten._native_batch_norm_legit_no_training(*a, 0.1, 1e-5)[0], x, w, b, rm, rv)
+    check(lambda *a: torch.ops.aten.native_batch_norm(*a, True, 0.1, 1e-5), x, w, b, None, None)
+    # the mutating op writes the new running stats into its arguments
+    check(lambda x, w, b, rm, rv: (torch.ops.aten._native_batch_norm_legit(x, w, b, rm, rv, True, 0.3, 1e-5), rm,
+                                   rv), x, w, b, rm, rv)
