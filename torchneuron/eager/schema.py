@@ -61,6 +61,10 @@ def _signature(schema, drop: set[str]) -> list[tuple[str, str]]:
 EXPLICIT_FUNCTIONAL = {
     "normal_.default": "normal_functional.default",
     "bernoulli_.float": "bernoulli.p",
+    "__ilshift__.Scalar": "__lshift__.Scalar",
+    "__ilshift__.Tensor": "__lshift__.Tensor",
+    "__irshift__.Scalar": "__rshift__.Scalar",
+    "__irshift__.Tensor": "__rshift__.Tensor",
 }
 
 

@@ -286,7 +286,7 @@ def angle(self):
     return jnp.where(jnp.isnan(self), self, jnp.where(self < 0, _const(math.pi, self), jnp.zeros_like(self)))
 
 
-@lowers(aten._conj_physical.default)
+@lowers(aten._conj_physical.default, aten.conj_physical.default)  # the latter for conj_physical_ and .out
 def conj_physical(self):
     return jnp.conj(self) if _is_complex(self) else self
 
@@ -401,13 +401,14 @@ def frac(self):
 
 
 # ------------------------------------------------------------ comparison and logic
-def _comparison(fn):
+def _binary(fn):
+    """A two-argument jnp function as a lowering: the dispatcher passes `other` by name."""
     return lambda self, other: fn(self, other)
 
 
 for _packet, _fn in ((aten.eq, jnp.equal), (aten.ne, jnp.not_equal), (aten.lt, jnp.less),
                      (aten.le, jnp.less_equal), (aten.gt, jnp.greater), (aten.ge, jnp.greater_equal)):
-    lowers(_packet.Tensor, _packet.Scalar, promote=DEFAULT)(_comparison(_fn))
+    lowers(_packet.Tensor, _packet.Scalar, promote=DEFAULT)(_binary(_fn))
 
 
 def _truth(x):
@@ -440,9 +441,9 @@ for _name, _fn in (("bitwise_and", jnp.bitwise_and), ("bitwise_or", jnp.bitwise_
     _packet = getattr(aten, _name)
     _overloads = [getattr(_packet, o) for o in ("Tensor", "Scalar", "Tensor_Scalar", "Scalar_Tensor")
                   if o in _packet.overloads()]
-    lowers(*_overloads, promote=DEFAULT)(_comparison(_fn))
-lowers(aten.__lshift__.Tensor, aten.__lshift__.Scalar, promote=DEFAULT)(_comparison(jnp.left_shift))
-lowers(aten.__rshift__.Tensor, aten.__rshift__.Scalar, promote=DEFAULT)(_comparison(jnp.right_shift))
+    lowers(*_overloads, promote=DEFAULT)(_binary(_fn))
+lowers(aten.__lshift__.Tensor, aten.__lshift__.Scalar, promote=DEFAULT)(_binary(jnp.left_shift))
+lowers(aten.__rshift__.Tensor, aten.__rshift__.Scalar, promote=DEFAULT)(_binary(jnp.right_shift))
 
 
 @lowers(aten.bitwise_not.default)

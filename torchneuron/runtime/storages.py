@@ -56,6 +56,13 @@ def bitcast(array: jax.Array, dtype) -> jax.Array:
         array, src = array.astype(jnp.uint8), np.dtype(np.uint8)
     if dst == np.bool_:
         return bitcast(array, jnp.uint8).astype(jnp.bool_)
+    # XLA bitcasts no complex values: go through (real, imag) pairs of the component float type
+    if src.kind == "c":
+        return bitcast(jnp.stack([array.real, array.imag], -1).reshape(-1), dst)
+    if dst.kind == "c":
+        pairs = bitcast(array, np.dtype(f"f{dst.itemsize // 2}"))
+        pairs = pairs[: pairs.shape[0] // 2 * 2].reshape(-1, 2)
+        return jax.lax.complex(pairs[:, 0], pairs[:, 1])
     if src.itemsize == dst.itemsize:
         return jax.lax.bitcast_convert_type(array, dst)
     if src.itemsize > dst.itemsize:
