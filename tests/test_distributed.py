@@ -325,8 +325,13 @@ def test_failed_rank_raises_within_timeout(worker):
 
 
 def _mismatch_worker(rank: int, device) -> None:
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="ranks disagree on allreduce: rank 0: allreduce torch.float32 x4; "
+                                           "rank 1: allreduce torch.float32 x5"):
         dist.all_reduce(torch.ones(4 + rank, device=device))
+    with pytest.raises(RuntimeError, match="rank 1: all_gather torch.int64"):
+        x = torch.ones(2, device=device, dtype=torch.int64 if rank else torch.float32)
+        dist.all_gather_into_tensor(torch.empty(4, device=device, dtype=x.dtype), x)
+    dist.all_reduce(torch.ones(4, device=device))  # the group still works
 
 
 def test_mismatched_shapes_raise():

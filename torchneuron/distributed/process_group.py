@@ -6,10 +6,17 @@ tensors in place (again one transfer, then device-side copies into each destinat
 that are only written (all-gather, receive, reduce-scatter destinations) are never read from the
 device. CPU tensors pass through unstaged, so the same group serves CPU collectives too.
 
+Before each collective the ranks exchange a 3-integer signature (collective, dtype, element
+count) so that a mismatch raises a clear error on every rank: gloo itself aborts the process on
+mismatched sizes. It costs one small extra round trip per collective; `check_metadata = False`
+on a group skips it.
+
 Collectives run to completion before they return; the Work they hand back is already done, so
 `async_op=True` is accepted but does not overlap communication with compute.
 """
 from __future__ import annotations
+
+import zlib
 
 import torch
 import torch.distributed as dist
@@ -58,6 +65,15 @@ def _write_back(dsts: list[torch.Tensor], hosts: list[torch.Tensor]) -> None:
         d.copy_(h)
 
 
+def _code(name: str) -> int:
+    """A name as an integer that is the same in every process (str hashes are salted)."""
+    return zlib.crc32(name.encode())
+
+
+_DTYPE_NAMES = {_code(str(d)): str(d) for d in vars(torch).values() if isinstance(d, torch.dtype)}
+ANY = -1  # a signature field that need not match
+
+
 def _done(result) -> dist.Work:
     future = torch.futures.Future()
     future.set_result(result)
@@ -71,6 +87,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         super().__init__(rank, size)
         self.transport = GlooTransport(store, rank, size, timeout)
         self._name = self._desc = ""
+        self.check_metadata = True
 
     def getBackendName(self) -> str:
         return "neuron"
@@ -96,6 +113,20 @@ class NeuronProcessGroup(dist.ProcessGroup):
     def group_desc(self) -> str:
         return self._desc
 
+    def _agree(self, collective: str, dtype: torch.dtype, numel: int = ANY) -> None:
+        """Raise on every rank unless all ranks call `collective` with the same dtype and size."""
+        if not self.check_metadata or self.size() == 1:
+            return
+        mine = torch.tensor([_code(collective), _code(str(dtype)), numel], dtype=torch.int64)
+        everyone = torch.empty(self.size(), 3, dtype=torch.int64)
+        self.transport.allgather_into(everyone.view(-1), mine)
+        if torch.equal(everyone, mine.expand_as(everyone)):
+            return
+        calls = "; ".join(f"rank {r}: {collective if c == mine[0] else 'another collective'} "
+                          f"{_DTYPE_NAMES.get(d, '?')}" + (f" x{n}" if n != ANY else "")
+                          for r, (c, d, n) in enumerate(everyone.tolist()))
+        raise RuntimeError(f"neuron process group {self._name!r}: ranks disagree on {collective}: {calls}")
+
     # ----------------------------------------------------------------- reductions
     def _reduce_on_host(self, inputs: list[torch.Tensor], outputs: list[torch.Tensor], op: dist.ReduceOp,
                         run) -> None:
@@ -116,6 +147,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
     def allreduce(self, tensors, opts=None):
         opts = opts or dist.AllreduceOptions()
         tensors = [tensors] if isinstance(tensors, torch.Tensor) else tensors
+        self._agree("allreduce", tensors[0].dtype, tensors[0].numel())
         _, hosts = _stage(tensors[:1])
         self._reduce_on_host(hosts, hosts, opts.reduceOp, lambda op: self.transport.allreduce(hosts, op))
         _write_back(tensors, hosts * len(tensors))
@@ -127,6 +159,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         if len({t.dtype for t in tensors}) > 1:
             raise TypeError("allreduce_coalesced needs tensors of one dtype, got "
                             f"{sorted({str(t.dtype) for t in tensors})}")
+        self._agree("allreduce_coalesced", tensors[0].dtype, sum(t.numel() for t in tensors))
         flat, hosts = _stage(tensors)
         buffers = hosts if flat is None else [flat]
         self._reduce_on_host(buffers, buffers, opts.reduceOp, lambda op: self.transport.allreduce(buffers, op))
@@ -136,6 +169,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
     @torch.no_grad()
     def reduce(self, tensors, opts=None):
         opts = opts or dist.ReduceOptions()
+        self._agree("reduce", tensors[0].dtype, tensors[0].numel())
         _, hosts = _stage(tensors)
         self._reduce_on_host(hosts, hosts, opts.reduceOp,
                              lambda op: self.transport.reduce(hosts[0], opts.rootRank, op))
@@ -146,6 +180,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
     @torch.no_grad()
     def reduce_scatter_single(self, output, input, opts=None):
         opts = opts or dist.ReduceScatterOptions()
+        self._agree("reduce_scatter", input.dtype, input.numel())
         _, (host_in,) = _stage([input])
         host_out = _host_like(output)
         self._reduce_on_host([host_in], [host_out], opts.reduceOp,
@@ -170,6 +205,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
     @torch.no_grad()
     def broadcast(self, tensors, opts=None):
         opts = opts or dist.BroadcastOptions()
+        self._agree("broadcast", tensors[0].dtype, tensors[0].numel())
         root = self.rank() == opts.rootRank
         hosts = _stage(tensors)[1] if root else [_host_like(t) for t in tensors]
         for h in hosts:
@@ -180,6 +216,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     @torch.no_grad()
     def all_gather_single(self, output, input, opts=None):
+        self._agree("all_gather", input.dtype, input.numel())
         _, (host_in,) = _stage([input])
         host_out = _host_like(output)
         self.transport.allgather_into(host_out.view(-1), host_in.view(-1))
@@ -191,6 +228,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         outputs = output_lists[0]
         if any(o.shape != inputs[0].shape for o in outputs):
             raise ValueError(f"allgather outputs must all have the input's shape {tuple(inputs[0].shape)}")
+        self._agree("all_gather", inputs[0].dtype, inputs[0].numel())
         _, (host_in,) = _stage(inputs)
         host_out = torch.empty((len(outputs), *host_in.shape), dtype=host_in.dtype)
         self.transport.allgather_into(host_out.view(-1), host_in.view(-1))
@@ -204,6 +242,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     @torch.no_grad()
     def all_to_all_single(self, output, input, output_splits, input_splits, opts=None):
+        self._agree("all_to_all", input.dtype)
         _, (host_in,) = _stage([input])
         host_out = _host_like(output)
         self.transport.alltoall(host_out, host_in, list(output_splits), list(input_splits))
@@ -212,6 +251,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     @torch.no_grad()
     def alltoall(self, outputs, inputs, opts=None):
+        self._agree("all_to_all", inputs[0].dtype)
         flat, hosts = _stage(inputs)
         flat_in = flat if flat is not None else torch.cat([h.reshape(-1) for h in hosts])
         host_out = torch.empty(sum(o.numel() for o in outputs), dtype=outputs[0].dtype)
@@ -223,6 +263,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
     @torch.no_grad()
     def gather(self, output_lists, inputs, opts=None):
         opts = opts or dist.GatherOptions()
+        self._agree("gather", inputs[0].dtype, inputs[0].numel())
         root = self.rank() == opts.rootRank
         _, (host_in,) = _stage(inputs)
         outputs = output_lists[0] if root else []
@@ -234,6 +275,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
     @torch.no_grad()
     def scatter(self, outputs, input_lists, opts=None):
         opts = opts or dist.ScatterOptions()
+        self._agree("scatter", outputs[0].dtype, outputs[0].numel())
         root = self.rank() == opts.rootRank
         host_ins = _stage(input_lists[0])[1] if root else []
         host_out = _host_like(outputs[0])
