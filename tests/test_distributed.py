@@ -20,6 +20,8 @@ from torchneuron.testing.models import MLP, batches
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT = datetime.timedelta(seconds=60)
+# The 4-process mesh and the torchrun example add about a minute; run them with TORCHNEURON_SLOW_TESTS=1.
+slow = pytest.mark.skipif(os.environ.get("TORCHNEURON_SLOW_TESTS") != "1", reason="slow: TORCHNEURON_SLOW_TESTS=1")
 
 
 def _free_port() -> int:
@@ -288,7 +290,7 @@ def _mesh_2d_worker(rank: int, device) -> None:
     _close([(sharded * 2).sum().full_tensor().cpu(), sharded.full_tensor().cpu()], [(full * 2).sum(), full])
 
 
-@pytest.mark.slow
+@slow
 def test_2d_mesh_dtensor():
     spawn(_mesh_2d_worker, world=4)
 
@@ -318,10 +320,12 @@ def _stalled_rank_worker(rank: int, device, deadline: float) -> None:
 def test_failed_rank_raises_within_timeout(worker):
     timeout = datetime.timedelta(seconds=5)
     context = spawn(worker, 12.0, timeout=timeout, join=False)
-    for p in context.processes:
-        p.join(60)
-    codes = [p.exitcode for p in context.processes]
-    assert codes[0] == 0, f"rank 0 did not raise in time (exit codes {codes})"
+    first, *others = context.processes
+    first.join(60)
+    for p in others:  # a stalled rank has nothing left to prove
+        p.kill()
+        p.join()
+    assert first.exitcode == 0, f"rank 0 did not raise in time (exit code {first.exitcode})"
 
 
 def _mismatch_worker(rank: int, device) -> None:
@@ -339,7 +343,7 @@ def test_mismatched_shapes_raise():
 
 
 # ------------------------------------------------------------------------------- torchrun
-@pytest.mark.slow
+@slow
 def test_torchrun_fsdp2_example():
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
