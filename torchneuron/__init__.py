@@ -45,6 +45,7 @@ def _register() -> None:
 
     load_all()
     kernels.register_all()
+    __import__("torchneuron.distributed").distributed.register()
 
 
 _register()
