@@ -107,3 +107,13 @@ def test_device_module_api_table_is_complete():
         assert hasattr(torch.neuron, name), name
     assert torch.neuron.is_available()
     assert torch.neuron.get_amp_supported_dtype()
+
+
+def test_module_to_neuron_keeps_tied_weights():
+    emb = torch.nn.Embedding(5, 3)
+    head = torch.nn.Linear(3, 5, bias=False)
+    head.weight = emb.weight
+    model = torch.nn.Sequential(emb, head).to("neuron")
+    assert model[1].weight is model[0].weight
+    assert model[0].weight.device.type == "neuron"
+    assert len(list(model.parameters())) == 1

@@ -38,6 +38,9 @@ def _register() -> None:
     from . import device_module
 
     torch._register_device_module("neuron", device_module.build())
+    from . import module_ties
+
+    module_ties.install()
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
 
     from .eager import kernels
