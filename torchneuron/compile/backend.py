@@ -108,6 +108,8 @@ class CompiledGraph:
         target = node.target
         if target is operator.getitem:
             return args[0][args[1]]
+        if not isinstance(target, torch._ops.OpOverload):
+            return target(*args, **kwargs)  # size arithmetic on static ints (operator.mul, sym_size)
         if target is torch.ops.aten.copy_.default and node.args[0].op == "placeholder":
             index = self.placeholders.index(node.args[0])
             new = jax.numpy.broadcast_to(args[1], args[0].shape).astype(args[0].dtype)
@@ -180,7 +182,10 @@ def _match_meta(results, meta, multi):
 
     def one(r, m):
         if isinstance(m, torch.Tensor) and hasattr(r, "shape"):
-            return jax.numpy.broadcast_to(r, tuple(m.shape)).astype(to_jax(m.dtype))
+            r = r.astype(to_jax(m.dtype))
+            if all(type(d) is int for d in m.shape):  # symbolic sizes: the value already has them
+                r = jax.numpy.broadcast_to(r, tuple(m.shape))
+            return r
         if isinstance(m, (list, tuple)) and isinstance(r, (list, tuple)):
             return [one(a, b) for a, b in zip(r, m)]
         return r

@@ -14,6 +14,7 @@ import torch
 
 from ..lowering import LOWERINGS
 from . import driver, fallback, transfer
+from .dynamo_skip import skip_recursively
 from .schema import inplace_packets, parse
 
 aten = torch.ops.aten
@@ -65,8 +66,8 @@ def variants(functional) -> list:
 
 
 def _should_register(op) -> bool:
-    if _has_kernel(op, "PrivateUse1"):
-        return False
+    if _has_kernel(op, "PrivateUse1") or _schema(op).view:
+        return False  # views stay metadata in eager mode; their lowerings serve graphs
     # A backend kernel would hide a CompositeImplicitAutograd op's decomposition from autograd.
     return not _has_kernel(op, "CompositeImplicitAutograd")
 
@@ -79,9 +80,13 @@ def register_all() -> None:
     _lib.impl(aten.copy_.default, transfer.copy_, "PrivateUse1")
     _lib.impl(aten._copy_from.default, transfer.copy_from, "PrivateUse1")
     _lib.impl(aten._local_scalar_dense.default, transfer.local_scalar_dense, "PrivateUse1")
-    for functional in list(LOWERINGS):
+    for functional, lowering in list(LOWERINGS.items()):
+        if lowering.graph_only:
+            continue
         for op in variants(functional):
             if _should_register(op):
                 _lib.impl(op, make_kernel(op), "PrivateUse1")
                 REGISTERED.append(op)
     _fallback_lib.fallback(fallback.dispatch, dispatch_key="PrivateUse1")
+    skip_recursively(make_kernel(aten.add.Tensor), transfer.copy_, transfer.copy_from,
+                     transfer.local_scalar_dense, fallback.dispatch, run_op)

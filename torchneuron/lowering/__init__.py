@@ -39,6 +39,7 @@ class Lowering:
     static_scalars: bool = False  # Scalars shape the result (arange): compile per value
     data_dependent: bool = False  # output shape depends on values: run outside jit
     random: bool = False  # takes key=, a PRNG key from the device generator
+    graph_only: bool = False  # a view as a value: for graphs; eager keeps views as metadata
 
 
 LOWERINGS: dict[torch._ops.OpOverload, Lowering] = {}
@@ -57,7 +58,8 @@ def lowers(*ops: torch._ops.OpOverload, **options) -> Callable:
     return register
 
 
-FAMILIES = ("elementwise", "reductions", "shape", "indexing", "linalg", "nn", "factories", "random", "foreach")
+FAMILIES = ("elementwise", "reductions", "shape", "indexing", "linalg", "nn", "factories", "random", "foreach",
+            "views")
 
 
 def load_all() -> dict:

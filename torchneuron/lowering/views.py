@@ -1,0 +1,166 @@
+"""Lowerings: view ops as values, for graphs (torch.compile).
+
+In eager mode views are metadata over shared storage and never reach the table's kernels (the
+eager registration skips view ops); in a functionalized graph a view is just a new value, and
+these compute it.
+"""
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jax import lax
+
+from ..runtime.dtypes import to_jax
+from . import aten
+from . import lowers as _lowers
+
+
+def lowers(*ops):
+    return _lowers(*ops, graph_only=True)
+
+
+@lowers(aten.alias.default, aten.detach.default, aten.lift_fresh.default)
+def alias(self):
+    return self
+
+
+@lowers(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+def view(self, size):
+    return jnp.reshape(self, size)
+
+
+@lowers(aten._reshape_alias.default)
+def reshape_alias(self, size, stride):
+    return jnp.reshape(self, size)
+
+
+@lowers(aten.view.dtype)
+def view_dtype(self, dtype):
+    from ..runtime.storages import bitcast
+    target = jnp.dtype(to_jax(dtype))
+    flat = bitcast(self.reshape(-1), target)
+    last = self.shape[-1] * self.dtype.itemsize // target.itemsize if self.ndim else 1
+    return flat.reshape(self.shape[:-1] + (last,)) if self.ndim else flat.reshape(())
+
+
+@lowers(aten.permute.default)
+def permute(self, dims):
+    return jnp.transpose(self, [d % max(self.ndim, 1) for d in dims])
+
+
+@lowers(aten.t.default)
+def t(self):
+    return self.T
+
+
+@lowers(aten.transpose.int)
+def transpose(self, dim0, dim1):
+    return jnp.swapaxes(self, dim0, dim1)
+
+
+@lowers(aten.expand.default)
+def expand(self, size, *, implicit=False):
+    lead = len(size) - self.ndim
+    shape = [self.shape[i - lead] if s == -1 else s for i, s in enumerate(size)]
+    return jnp.broadcast_to(self, shape)
+
+
+@lowers(aten.slice.Tensor)
+def slice_(self, dim=0, start=None, end=None, step=1):
+    n = self.shape[dim]
+    start = 0 if start is None else (start + n if start < 0 else start)
+    end = n if end is None else (end + n if end < 0 else end)
+    start, end = min(max(start, 0), n), min(max(end, 0), n)
+    end = max(end, start)
+    return lax.slice_in_dim(self, start, end, step, axis=dim)
+
+
+@lowers(aten.select.int)
+def select(self, dim, index):
+    return jnp.take(self, index % self.shape[dim], axis=dim)
+
+
+@lowers(aten.unsqueeze.default)
+def unsqueeze(self, dim):
+    return jnp.expand_dims(self, dim % (self.ndim + 1))
+
+
+@lowers(aten.squeeze.default)
+def squeeze(self):
+    return jnp.squeeze(self)
+
+
+@lowers(aten.squeeze.dim)
+def squeeze_dim(self, dim):
+    return squeeze_dims(self, [dim])
+
+
+@lowers(aten.squeeze.dims)
+def squeeze_dims(self, dim):
+    if self.ndim == 0:
+        return self
+    dims = tuple(d % self.ndim for d in dim if self.shape[d % self.ndim] == 1)
+    return jnp.squeeze(self, dims) if dims else self
+
+
+@lowers(aten.diagonal.default)
+def diagonal(self, offset=0, dim1=0, dim2=1):
+    return jnp.diagonal(self, offset, dim1, dim2)
+
+
+@lowers(aten.unfold.default)
+def unfold(self, dimension, size, step):
+    if self.ndim == 0:
+        return self.reshape(1)
+    n = self.shape[dimension]
+    count = (n - size) // step + 1
+    starts = jnp.arange(count) * step
+    windows = starts[:, None] + jnp.arange(size)[None, :]
+    moved = jnp.moveaxis(self, dimension, -1)
+    picked = moved[..., windows]  # [..., count, size]
+    return jnp.moveaxis(picked, -2, dimension)
+
+
+@lowers(aten.split.Tensor)
+def split(self, split_size, dim=0):
+    n = self.shape[dim]
+    sizes = [min(split_size, n - i) for i in range(0, n, split_size)] if n else [0]
+    return split_with_sizes(self, sizes, dim)
+
+
+@lowers(aten.split_with_sizes.default)
+def split_with_sizes(self, split_sizes, dim=0):
+    out, start = [], 0
+    for size in split_sizes:
+        out.append(lax.slice_in_dim(self, start, start + size, axis=dim))
+        start += size
+    return out
+
+
+@lowers(aten.unbind.int)
+def unbind(self, dim=0):
+    return [jnp.take(self, i, axis=dim) for i in range(self.shape[dim])]
+
+
+@lowers(aten.narrow.default)
+def narrow(self, dim, start, length):
+    start = start % self.shape[dim] if start < 0 else start
+    return lax.slice_in_dim(self, start, start + length, axis=dim)
+
+
+@lowers(aten.as_strided.default)
+def as_strided(self, size, stride, storage_offset=None):
+    # In a graph the input's storage is the value itself, laid out contiguously.
+    idx = jnp.full(tuple(size), storage_offset or 0, jnp.int64)
+    for d, (n, s) in enumerate(zip(size, stride)):
+        idx = idx + lax.broadcasted_iota(jnp.int64, tuple(size), d) * s
+    return self.reshape(-1)[idx]
+
+
+@lowers(aten.view_as_real.default)
+def view_as_real(self):
+    return jnp.stack([jnp.real(self), jnp.imag(self)], axis=-1)
+
+
+@lowers(aten.view_as_complex.default)
+def view_as_complex(self):
+    return lax.complex(self[..., 0], self[..., 1])
