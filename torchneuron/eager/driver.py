@@ -77,11 +77,12 @@ def describe(schema: OpSchema, args, kwargs) -> CallDescription:
         key.append(name)
         _describe_one(desc, schema.kind_by_name[name], value, schema.op)
     handles = desc.handles
-    for t in desc.tensors:
+    sharing: dict[int, int] = {}  # storage handle -> first tensor using it: aliasing, not addresses, keys a plan
+    for i, t in enumerate(desc.tensors):
         offset = t.storage_offset()
         handle = t.data_ptr() - offset * t.element_size() if t.numel() else _storage_handle(t)
         handles.append(handle)
-        key.append((t.shape, t.stride(), offset, t.dtype, handle))
+        key.append((t.shape, t.stride(), offset, t.dtype, sharing.setdefault(handle, i) if handle else i))
     return desc
 
 
@@ -179,10 +180,10 @@ def _group_of(desc: CallDescription) -> list[int]:
 class _Slot:
     """A placeholder in the argument template: the n-th tensor or scalar of the call."""
 
-    __slots__ = ("cpu", "index")
+    __slots__ = ("index",)
 
-    def __init__(self, index, cpu=False):
-        self.index, self.cpu = index, cpu
+    def __init__(self, index):
+        self.index = index
 
 
 class Plan:
@@ -250,7 +251,6 @@ class Plan:
             for t in (v if isinstance(v, (list, tuple)) else [v]):
                 if isinstance(t, torch.Tensor):
                     written_ids.add(id(t))
-        self.out_tensor_ids = written_ids
 
         def convert(value):
             if isinstance(value, torch.Tensor):
@@ -293,9 +293,8 @@ class Plan:
                 if isinstance(value, torch.Tensor) and value.device.type == "neuron":
                     counters["t"] += 1
                     return _Slot(counters["t"] - 1)
-                counters["s"] += 1
-                is_cpu = isinstance(value, torch.Tensor)
-                return _Slot(-counters["s"], cpu=is_cpu)
+                counters["s"] += 1  # a traced scalar (or a 0-dim CPU tensor taking part as one)
+                return _Slot(-counters["s"])
             return value
 
         names = self.schema.names
