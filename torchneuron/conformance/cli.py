@@ -64,7 +64,7 @@ class _Progress:
         self.done += 1
         worst = ",".join(sorted({r["status"] for r in records}))
         if self.bar is not None:
-            self.bar.set_postfix_str(f"{name}: {worst}"[:60])
+            self.bar.set_postfix_str(f"{name}: {worst}"[:60], refresh=False)
             self.bar.update()
         elif not self.quiet:
             print(f"[{self.done}/{self.total}] {name}: {worst}", file=sys.stderr, flush=True)
