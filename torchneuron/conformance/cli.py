@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import json
 import shlex
 import sys
 import time
@@ -23,6 +24,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=Path("conformance"), help="output folder")
     p.add_argument("--no-backward", action="store_true", help="skip gradient checks")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--from-records", type=Path, metavar="JSONL",
+                   help="write the report from a (partial) run's records.jsonl instead of running")
     return p
 
 
@@ -89,9 +92,13 @@ def run_conformance(ops=("*",), dtypes=DEFAULT_DTYPES, jobs=2, timeout=300.0, ma
     tasks = select(op_db, list(ops), list(dtypes))
     records: list[dict] = []
     progress = _Progress(len(tasks), quiet)
+    Path(out).mkdir(parents=True, exist_ok=True)
+    stream = (Path(out) / "records.jsonl").open("w")  # partial results survive an interrupted run
 
     def done(task, task_records):
         records.extend(task_records)
+        stream.writelines(json.dumps(r) + "\n" for r in task_records)
+        stream.flush()
         progress.update(task[0], task_records)
 
     start = time.monotonic()
@@ -99,6 +106,7 @@ def run_conformance(ops=("*",), dtypes=DEFAULT_DTYPES, jobs=2, timeout=300.0, ma
         run_tasks(tasks, jobs, timeout, backward, max_samples, families.get, done)
     finally:
         progress.close()
+        stream.close()
     meta = {"torch": torch.__version__, "jax": jax.__version__, "seconds": time.monotonic() - start,
             "command": command or "torchneuron-conformance",
             "args": {"ops": list(ops), "dtypes": list(dtypes), "jobs": jobs, "timeout": timeout,
@@ -106,12 +114,25 @@ def run_conformance(ops=("*",), dtypes=DEFAULT_DTYPES, jobs=2, timeout=300.0, ma
     return report.write(Path(out), records, meta)
 
 
+def report_from_records(path: Path, out: Path, command: str) -> dict:
+    import jax
+    import torch
+
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    meta = {"torch": torch.__version__, "jax": jax.__version__, "seconds": sum(r["seconds"] for r in records),
+            "command": command, "args": {"jobs": 1, "from_records": str(path)}}
+    return report.write(out, records, meta)
+
+
 def main(argv=None) -> None:
     args = _parser().parse_args(argv)
     argv = sys.argv[1:] if argv is None else argv
-    summary = run_conformance(args.ops, args.dtypes, args.jobs, args.timeout, args.max_samples, args.out,
-                              not args.no_backward, args.quiet,
-                              command="torchneuron-conformance " + shlex.join(argv))
+    if args.from_records:
+        summary = report_from_records(args.from_records, args.out, "torchneuron-conformance " + shlex.join(argv))
+    else:
+        summary = run_conformance(args.ops, args.dtypes, args.jobs, args.timeout, args.max_samples, args.out,
+                                  not args.no_backward, args.quiet,
+                                  command="torchneuron-conformance " + shlex.join(argv))
     overall = summary["overall"]
     rate = "-" if overall["rate"] is None else f"{100 * overall['rate']:.1f}%"
     print(f"{summary['ops']} ops, {summary['records']} records: pass {rate}; {summary['counts']}; "
