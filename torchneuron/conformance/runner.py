@@ -173,6 +173,11 @@ def _neuron_grads(op, sample, mover, picked, leaves, seeds):
                                [s.to("neuron") for s in seeds], allow_unused=True)
 
 
+def _call_out(op, sample, out, mover=None):
+    _call(op, sample, mover, out=out)
+    return out
+
+
 def _out(op, dtype, tol, shape_only, limit) -> dict:
     v = _Variant()
     for i, sample in enumerate(_samples(op, dtype, False, limit)):
@@ -185,9 +190,13 @@ def _out(op, dtype, tol, shape_only, limit) -> dict:
         flat = tree_flatten(expected)[0]
         if not flat or not all(isinstance(t, torch.Tensor) for t in flat):
             continue
-        out = [torch.empty_like(t, device="neuron") for t in flat]
-        out = out[0] if isinstance(expected, torch.Tensor) else tuple(out)
-        _, exc = _attempt(_call, op, sample, mover, out=out)
+        cpu_out = tree_map(lambda t: t.new_empty(0), expected)
+        expected, exc = _attempt(_call_out, op, sample, cpu_out)
+        if exc:  # out= as CPU takes it (resized from empty), so the neuron side is held to the same
+            v.cpu_fails += 1
+            continue
+        out = tree_map(lambda t: t.new_empty(0, device="neuron"), cpu_out)
+        _, exc = _attempt(_call_out, op, sample, out, mover)
         if exc:
             v.error(i, exc)
             break
