@@ -1,0 +1,116 @@
+"""The OpInfo conformance tool: its classifier on synthetic ops, and a fast slice of op_db."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+import torchneuron
+from torchneuron.conformance import classify, report, run_conformance, runner
+from torchneuron.eager import fallback
+
+# isort: split
+from torch.testing import make_tensor
+from torch.testing._internal.opinfo.core import OpInfo, SampleInput
+
+# Common ops across the lowering families, most important first; the test runs the first
+# CONFORMANCE_SLICE of them (default 40; 50 took 2-6 minutes on 2 busy cores) in float32, forward + backward.
+SLICE = [
+    "add", "mul", "sub", "div.no_rounding_mode", "neg", "abs", "exp", "log", "sqrt", "rsqrt", "sin", "cos",
+    "tanh", "sigmoid", "pow", "clamp", "where", "maximum", "minimum", "eq", "lt", "sum", "mean", "amax",
+    "argmax", "var", "cumsum", "softmax", "log_softmax", "logsumexp", "matmul", "mm", "bmm", "addmm", "cat",
+    "stack", "reshape", "view", "permute", "transpose", "expand", "squeeze", "unsqueeze", "flatten", "narrow",
+    "select", "gather", "index_select", "masked_fill", "tril", "nn.functional.relu", "nn.functional.gelu",
+    "nn.functional.silu", "nn.functional.linear", "nn.functional.layer_norm", "nn.functional.embedding",
+    "nn.functional.cross_entropy", "nn.functional.mse_loss", "nn.functional.dropout", "zeros_like",
+    "full_like", "arange", "scatter_add", "index_add", "sort", "topk", "prod", "std", "erf", "floor",
+    "lerp", "addcmul", "repeat", "flip", "roll", "split", "chunk", "clone", "nn.functional.conv2d",
+    "nn.functional.max_pool2d",
+]
+
+
+def _opinfo(name, fn, supports_autograd=False):
+    def samples(op, device, dtype, requires_grad, **kwargs):
+        yield SampleInput(make_tensor((3, 4), device=device, dtype=dtype, requires_grad=requires_grad))
+
+    return OpInfo(name, op=fn, dtypes=(torch.float32,), sample_inputs_func=samples,
+                  supports_autograd=supports_autograd, supports_out=False)
+
+
+@pytest.fixture
+def counted_fallback(monkeypatch):
+    monkeypatch.setattr(torchneuron.config, "FALLBACK", "cpu")
+
+
+def test_pass_with_backward():
+    record = runner.run_op_dtype(_opinfo("synthetic_exp", torch.exp, supports_autograd=True), torch.float32)
+    assert record["status"] == "pass", record
+    assert record["variants"]["backward"]["status"] == "pass"
+
+
+def test_mismatch_reports_errors():
+    op = _opinfo("synthetic_off_by_one", lambda x: x + (x.device.type == "neuron"))
+    record = runner.run_op_dtype(op, torch.float32)
+    assert record["status"] == "mismatch"
+    forward = record["variants"]["forward"]
+    assert forward["max_abs"] == pytest.approx(1.0) and forward["max_rel"] > 0
+
+
+def test_error_names_exception():
+    def fails_on_neuron(x):
+        if x.device.type == "neuron":
+            raise ValueError("no kernel\nsecond line")
+        return x
+
+    record = runner.run_op_dtype(_opinfo("synthetic_error", fails_on_neuron), torch.float32)
+    assert record["status"] == "error"
+    assert record["reason"] == "forward: ValueError: no kernel"
+
+
+def test_fallback_lists_aten_ops(counted_fallback):
+    def falls_back(x):  # goes through the real CPU fallback, as an op without a lowering would
+        return fallback.dispatch(torch.ops.aten.sin.default, x) if x.device.type == "neuron" else x.sin()
+
+    record = runner.run_op_dtype(_opinfo("synthetic_fallback", falls_back), torch.float32)
+    assert record["status"] == "used-fallback"
+    assert record["fallbacks"] == {"aten.sin.default": 1}
+
+
+def test_cpu_failure_is_skipped():
+    def fails_on_cpu(x):
+        if x.device.type == "cpu":
+            raise RuntimeError("not on cpu")
+        return x
+
+    record = runner.run_op_dtype(_opinfo("synthetic_cpu_fails", fails_on_cpu), torch.float32)
+    assert record["status"] == "skipped" and record["reason"] == "cpu-fails"
+
+
+def test_compare_handles_nan_inf_and_structure():
+    e = torch.tensor([1.0, float("nan"), float("inf")])
+    assert classify.compare(e.to("neuron"), e, 1e-5, 1e-5) is None
+    problem = classify.compare(torch.tensor([1.0, 2.0, float("inf")]), e, 1e-5, 1e-5)
+    assert problem["max_abs"] == float("inf")
+    assert "structure" in classify.compare((e, e), e, 1e-5, 1e-5)["message"]
+    assert "int64" in classify.compare(e.long(), e, 1e-5, 1e-5)["message"]
+
+
+def test_fast_slice(tmp_path):
+    size = int(os.environ.get("CONFORMANCE_SLICE", "40"))
+    summary = run_conformance(SLICE[:size], ["float32"], jobs=2, timeout=240, max_samples=4, out=tmp_path,
+                              quiet=True)
+    data = json.loads((tmp_path / "conformance.json").read_text())
+    assert (tmp_path / "conformance.md").read_text().startswith("# torchneuron OpInfo conformance")
+    failures = [(r["op"], r["reason"]) for r in data["records"] if r["status"] not in ("pass", "skipped")]
+    assert summary["overall"]["rate"] >= 0.95, failures
+    assert summary["fallback_ops"] == {}, summary["fallback_ops"]
+    assert summary["backward"]["ran"] > 0
+
+
+def test_report_summary():
+    records = [{"op": "a", "family": "f", "dtype": "float32", "status": s, "reason": "", "variants": {},
+                "fallbacks": {}} for s in ("pass", "pass", "mismatch", "skipped")]
+    summary = report.summarize(records)
+    assert summary["overall"] == {"pass": 2, "ran": 3, "rate": 2 / 3}

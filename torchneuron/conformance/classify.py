@@ -1,0 +1,106 @@
+"""Comparing neuron results with CPU results, and classifying an op x dtype from its variants."""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.utils._pytree import tree_flatten
+
+# (rtol, atol) per dtype: XLA's kernels differ from ATen's in rounding and summation order, so these
+# are looser than assert_close's same-device defaults; an OpInfo's own toleranceOverride widens them.
+DEFAULT_TOLERANCE = {
+    torch.float16: (1e-3, 1e-3),
+    torch.bfloat16: (1.6e-2, 1e-2),
+    torch.float32: (1e-5, 1e-5),
+    torch.float64: (1e-7, 1e-7),
+    torch.complex32: (1e-3, 1e-3),
+    torch.complex64: (1e-5, 1e-5),
+    torch.complex128: (1e-7, 1e-7),
+}
+# Variant statuses, worst first: a record takes the worst status among its variants.
+SEVERITY = ("error", "mismatch", "used-fallback", "pass", "skipped")
+
+
+def tolerance(op, dtype) -> tuple[float, float]:
+    """The default tolerance for dtype, widened by any toleranceOverride the OpInfo declares."""
+    from torch.testing._internal.common_device_type import toleranceOverride
+
+    rtol, atol = DEFAULT_TOLERANCE.get(dtype, (0.0, 0.0))
+    for info in getattr(op, "decorators", ()):
+        for dec in getattr(info, "decorators", [info]):
+            if isinstance(dec, toleranceOverride) and dtype in dec.d:
+                rtol, atol = max(rtol, dec.d[dtype].rtol), max(atol, dec.d[dtype].atol)
+    return rtol, atol
+
+
+def _errors(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, float]:
+    """Max abs and rel error; NaN where the other side is not NaN counts as infinite."""
+    wide = torch.complex128 if expected.is_complex() or actual.is_complex() else torch.float64
+    a, e = actual.detach().cpu().to(wide), expected.detach().to(wide)
+    diff = (a - e).abs()
+    both_nan = a.isnan() & e.isnan()
+    same = (a == e) | both_nan  # equal infinities give inf - inf = nan
+    diff = torch.where(same, torch.zeros_like(diff), torch.nan_to_num(diff, nan=math.inf))
+    if diff.numel() == 0:
+        return 0.0, 0.0
+    rel = diff / e.abs().clamp_min(torch.finfo(torch.float64).tiny)
+    return float(diff.max()), float(torch.where(same, torch.zeros_like(rel), rel).max())
+
+
+def compare(actual, expected, rtol: float, atol: float, shape_only: bool = False) -> dict | None:
+    """None when actual (neuron) matches expected (CPU), else a mismatch detail."""
+    a_flat, a_spec = tree_flatten(actual)
+    e_flat, e_spec = tree_flatten(expected)
+    if len(a_flat) != len(e_flat):
+        return {"message": f"output structure {a_spec} != {e_spec}"}
+    for i, (a, e) in enumerate(zip(a_flat, e_flat)):
+        problem = _compare_leaf(a, e, rtol, atol, shape_only)
+        if problem:
+            problem["message"] = f"output {i}: {problem['message']}"
+            return problem
+    return None
+
+
+def _compare_leaf(a, e, rtol, atol, shape_only) -> dict | None:
+    if isinstance(e, torch.Tensor):
+        if not isinstance(a, torch.Tensor):
+            return {"message": f"got {type(a).__name__}, expected a tensor"}
+        if a.shape != e.shape or a.dtype != e.dtype:
+            return {"message": f"got {a.dtype}{list(a.shape)}, expected {e.dtype}{list(e.shape)}"}
+        if shape_only or e.layout != torch.strided:
+            return None
+        try:
+            torch.testing.assert_close(a.detach().cpu(), e.detach(), rtol=rtol, atol=atol, equal_nan=True,
+                                       check_device=False, check_stride=False)
+        except AssertionError:
+            max_abs, max_rel = _errors(a, e)
+            return {"message": f"max abs {max_abs:.3g}, max rel {max_rel:.3g} (rtol {rtol:g}, atol {atol:g})",
+                    "max_abs": max_abs, "max_rel": max_rel}
+        return None
+    if isinstance(e, float) and isinstance(a, float) and not shape_only:
+        if math.isclose(a, e, rel_tol=rtol, abs_tol=atol) or (math.isnan(a) and math.isnan(e)):
+            return None
+        return {"message": f"got {a!r}, expected {e!r}", "max_abs": abs(a - e)}
+    if shape_only or a == e:
+        return None
+    return {"message": f"got {a!r}, expected {e!r}"}
+
+
+def error_detail(exc: BaseException) -> dict:
+    lines = str(exc).strip().splitlines()
+    return {"type": type(exc).__name__, "message": lines[0][:300] if lines else ""}
+
+
+def classify(variants: dict[str, dict], fallbacks: dict[str, int]) -> tuple[str, str]:
+    """(status, reason) of an op x dtype from its variants' results and the CPU fallbacks it caused."""
+    ran = {k: v for k, v in variants.items() if v["status"] != "skipped"}
+    if not ran:
+        forward = variants.get("forward", {})
+        return "skipped", forward.get("reason", "no variant ran")
+    for status in ("error", "mismatch"):
+        for name, v in ran.items():
+            if v["status"] == status:
+                return status, f"{name}: {v['reason']}"
+    if fallbacks:
+        return "used-fallback", "CPU fallback: " + ", ".join(sorted(fallbacks))
+    return "pass", ""

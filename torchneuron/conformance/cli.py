@@ -1,0 +1,139 @@
+"""Command line: select OpInfos and dtypes, run them in workers, write the report."""
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from . import report
+
+DEFAULT_DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "bool", "complex64")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="torchneuron-conformance", description=__doc__)
+    p.add_argument("--ops", nargs="*", default=["*"], help="OpInfo names or globs (name.variant for variants)")
+    p.add_argument("--dtypes", nargs="*", default=list(DEFAULT_DTYPES), help="dtype names, e.g. float32 int64")
+    p.add_argument("--jobs", type=int, default=2, help="worker processes")
+    p.add_argument("--timeout", type=float, default=300, help="seconds per op (all its dtypes)")
+    p.add_argument("--max-samples", type=int, default=8, help="sample inputs per op x dtype x variant")
+    p.add_argument("--out", type=Path, default=Path("conformance"), help="output folder")
+    p.add_argument("--no-backward", action="store_true", help="skip gradient checks")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--from-records", type=Path, metavar="JSONL",
+                   help="write the report from a (partial) run's records.jsonl instead of running")
+    return p
+
+
+def select(op_db, patterns, dtypes) -> list[tuple[str, list[str]]]:
+    """(full name, [dtype names]) for each selected OpInfo with a requested dtype that CPU supports."""
+    import torch
+
+    from .runner import full_name
+
+    wanted = [getattr(torch, d) for d in dtypes]
+    tasks = []
+    for op in op_db:
+        name = full_name(op)
+        if not any(fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(op.name, p) for p in patterns):
+            continue
+        supported = op.supported_dtypes("cpu")
+        chosen = [str(d).removeprefix("torch.") for d in wanted if d in supported]
+        if chosen:
+            tasks.append((name, chosen))
+    return tasks
+
+
+class _Progress:
+    """tqdm when installed, else a plain counter line per op."""
+
+    def __init__(self, total: int, quiet: bool):
+        self.total, self.done, self.quiet, self.bar = total, 0, quiet, None
+        if not quiet:
+            try:
+                from tqdm import tqdm
+
+                # redraw rarely when logging to a file, where each redraw is appended
+                self.bar = tqdm(total=total, unit="op", file=sys.stderr,
+                                mininterval=0.5 if sys.stderr.isatty() else 30)
+            except ImportError:
+                pass
+
+    def update(self, name: str, records) -> None:
+        self.done += 1
+        worst = ",".join(sorted({r["status"] for r in records}))
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"{name}: {worst}"[:60], refresh=False)
+            self.bar.update()
+        elif not self.quiet:
+            print(f"[{self.done}/{self.total}] {name}: {worst}", file=sys.stderr, flush=True)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+def run_conformance(ops=("*",), dtypes=DEFAULT_DTYPES, jobs=2, timeout=300.0, max_samples=8,
+                    out=Path("conformance"), backward=True, quiet=False, command="") -> dict:
+    """Run the selected OpInfos and write the report to out; returns the summary."""
+    import jax
+    import torch
+
+    from .families import family
+    from .pool import run_tasks
+    from .runner import full_name, load_op_db
+
+    op_db = load_op_db()
+    families = {full_name(op): family(op) for op in op_db}
+    tasks = select(op_db, list(ops), list(dtypes))
+    records: list[dict] = []
+    progress = _Progress(len(tasks), quiet)
+    Path(out).mkdir(parents=True, exist_ok=True)
+    stream = (Path(out) / "records.jsonl").open("w")  # partial results survive an interrupted run
+
+    def done(task, task_records):
+        records.extend(task_records)
+        stream.writelines(json.dumps(r) + "\n" for r in task_records)
+        stream.flush()
+        progress.update(task[0], task_records)
+
+    start = time.monotonic()
+    try:
+        run_tasks(tasks, jobs, timeout, backward, max_samples, families.get, done)
+    finally:
+        progress.close()
+        stream.close()
+    meta = {"torch": torch.__version__, "jax": jax.__version__, "seconds": time.monotonic() - start,
+            "command": command or "torchneuron-conformance",
+            "args": {"ops": list(ops), "dtypes": list(dtypes), "jobs": jobs, "timeout": timeout,
+                     "max_samples": max_samples, "backward": backward}}
+    return report.write(Path(out), records, meta)
+
+
+def report_from_records(path: Path, out: Path, command: str) -> dict:
+    import jax
+    import torch
+
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    meta = {"torch": torch.__version__, "jax": jax.__version__, "seconds": sum(r["seconds"] for r in records),
+            "command": command, "args": {"jobs": 1, "from_records": str(path)}}
+    return report.write(out, records, meta)
+
+
+def main(argv=None) -> None:
+    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if args.from_records:
+        summary = report_from_records(args.from_records, args.out, "torchneuron-conformance " + shlex.join(argv))
+    else:
+        summary = run_conformance(args.ops, args.dtypes, args.jobs, args.timeout, args.max_samples, args.out,
+                                  not args.no_backward, args.quiet,
+                                  command="torchneuron-conformance " + shlex.join(argv))
+    overall = summary["overall"]
+    rate = "-" if overall["rate"] is None else f"{100 * overall['rate']:.1f}%"
+    print(f"{summary['ops']} ops, {summary['records']} records: pass {rate}; {summary['counts']}; "
+          f"report in {args.out}/conformance.md")

@@ -1,0 +1,269 @@
+"""Running one OpInfo for one dtype on neuron and on CPU (inside a worker process)."""
+from __future__ import annotations
+
+import itertools
+import time
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+
+from . import classify, families, skips
+
+
+def load_op_db():
+    import torchneuron  # noqa: F401  (registers neuron before torch.testing._internal is imported)
+
+    # isort: split
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    return op_db
+
+
+def full_name(op) -> str:
+    return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
+
+
+def _fallback_counts() -> dict[str, int]:
+    from torchneuron.eager import fallback
+
+    return dict(fallback.counts)
+
+
+class _Mover:
+    """Copies a sample to neuron, keeping aliasing (one copy per CPU tensor) so gradients line up."""
+
+    def __init__(self):
+        self.copies: dict[int, torch.Tensor] = {}
+
+    def __call__(self, value):
+        return tree_map(self._move, value)
+
+    def _move(self, v):
+        if isinstance(v, torch.Tensor):
+            if id(v) not in self.copies:
+                copy = v.detach().to("neuron")
+                self.copies[id(v)] = copy.requires_grad_() if v.requires_grad else copy
+            return self.copies[id(v)]
+        if isinstance(v, torch.device) and v.type == "cpu":
+            return torch.device("neuron")
+        if isinstance(v, torch.Generator):  # a CPU generator cannot drive neuron's random ops
+            return None
+        return v
+
+    def prepare(self, sample) -> None:
+        self([sample.input, sample.args, sample.kwargs])
+
+    def kwargs(self, kwargs: dict) -> dict:
+        moved = self(kwargs)
+        if moved.get("device") == "cpu":
+            moved["device"] = "neuron"
+        return moved
+
+
+def _samples(op, dtype, requires_grad, limit):
+    return itertools.islice(op.sample_inputs("cpu", dtype, requires_grad=requires_grad), limit)
+
+
+def _attempt(fn, *args, **kwargs):
+    """(result, None), or (None, exception): any failure of an op is a result to record, not a crash."""
+    try:
+        return fn(*args, **kwargs), None
+    except Exception as exc:  # noqa: BLE001
+        return None, exc
+
+
+def _call(fn, sample, mover=None, **extra):
+    if mover is None:
+        return fn(sample.input, *sample.args, **sample.kwargs, **extra)
+    return fn(mover(sample.input), *mover(sample.args), **mover.kwargs(sample.kwargs), **extra)
+
+
+class _Variant:
+    """Counts samples of one variant and keeps the first failure."""
+
+    def __init__(self):
+        self.compared = self.cpu_fails = 0
+        self.failure: dict | None = None
+
+    def result(self) -> dict:
+        if self.failure:
+            return {"samples": self.compared, "cpu_fails": self.cpu_fails, **self.failure}
+        if self.compared == 0:
+            reason = "cpu-fails" if self.cpu_fails else "no applicable samples"
+            return {"status": "skipped", "reason": reason, "samples": 0, "cpu_fails": self.cpu_fails}
+        return {"status": "pass", "samples": self.compared, "cpu_fails": self.cpu_fails}
+
+    def error(self, index, exc):
+        detail = classify.error_detail(exc)
+        self.failure = {"status": "error", "sample": index, "reason": f"{detail['type']}: {detail['message']}",
+                        "exception": detail["type"]}
+
+    def mismatch(self, index, problem):
+        self.failure = {"status": "mismatch", "sample": index, "reason": problem["message"],
+                        **{k: problem[k] for k in ("max_abs", "max_rel") if k in problem}}
+
+
+def _forward(op, dtype, tol, shape_only, limit) -> dict:
+    v = _Variant()
+    for i, sample in enumerate(_samples(op, dtype, False, limit)):
+        mover = _Mover()
+        mover.prepare(sample)  # copy before the CPU run, which may mutate its inputs
+        expected, exc = _attempt(_call, op, sample)
+        if exc:
+            v.cpu_fails += 1
+            continue
+        actual, exc = _attempt(_call, op, sample, mover)
+        if exc:
+            v.error(i, exc)
+            break
+        problem = classify.compare(actual, expected, *tol, shape_only=shape_only)
+        if problem:
+            v.mismatch(i, problem)
+            break
+        v.compared += 1
+    return v.result()
+
+
+def _differentiable(out):
+    flat, _ = tree_flatten(out)
+    return [i for i, o in enumerate(flat) if isinstance(o, torch.Tensor) and o.requires_grad
+            and (o.is_floating_point() or o.is_complex())]
+
+
+def _cpu_grads(op, sample, leaves, generator):
+    """CPU gradients of the sample's differentiable outputs under random cotangents, or None."""
+    out = tree_flatten(sample.output_process_fn_grad(_call(op, sample)))[0]
+    picked = _differentiable(out)
+    if not leaves or not picked:
+        return None
+    seeds = [torch.randn(out[j].shape, dtype=out[j].dtype, generator=generator) for j in picked]
+    return torch.autograd.grad([out[j] for j in picked], leaves, seeds, allow_unused=True), picked, seeds
+
+
+def _backward(op, dtype, tol, limit) -> dict:
+    v = _Variant()
+    generator = torch.Generator().manual_seed(0)
+    for i, sample in enumerate(_samples(op, dtype, True, limit)):
+        mover = _Mover()
+        mover.prepare(sample)
+        leaves = list({id(t): t for t in tree_flatten([sample.input, sample.args, sample.kwargs])[0]
+                       if isinstance(t, torch.Tensor) and t.requires_grad}.values())
+        cpu, exc = _attempt(_cpu_grads, op, sample, leaves, generator)
+        if exc:
+            v.cpu_fails += 1
+            continue
+        if cpu is None:  # nothing differentiable in this sample
+            continue
+        expected, picked, seeds = cpu
+        actual, exc = _attempt(_neuron_grads, op, sample, mover, picked, leaves, seeds)
+        if exc:
+            v.error(i, exc)
+            break
+        problem = classify.compare(list(actual), list(expected), *tol)
+        if problem:
+            v.mismatch(i, problem)
+            break
+        v.compared += 1
+    return v.result()
+
+
+def _neuron_grads(op, sample, mover, picked, leaves, seeds):
+    out = tree_flatten(sample.output_process_fn_grad(_call(op, sample, mover)))[0]
+    return torch.autograd.grad([out[j] for j in picked], [mover.copies[id(t)] for t in leaves],
+                               [s.to("neuron") for s in seeds], allow_unused=True)
+
+
+def _call_out(op, sample, out, mover=None):
+    _call(op, sample, mover, out=out)
+    return out
+
+
+def _out(op, dtype, tol, shape_only, limit) -> dict:
+    v = _Variant()
+    for i, sample in enumerate(_samples(op, dtype, False, limit)):
+        mover = _Mover()
+        mover.prepare(sample)
+        expected, exc = _attempt(_call, op, sample)
+        if exc:
+            v.cpu_fails += 1
+            continue
+        flat = tree_flatten(expected)[0]
+        if not flat or not all(isinstance(t, torch.Tensor) for t in flat):
+            continue
+        cpu_out = tree_map(lambda t: t.new_empty(0), expected)
+        expected, exc = _attempt(_call_out, op, sample, cpu_out)
+        if exc:  # out= as CPU takes it (resized from empty), so the neuron side is held to the same
+            v.cpu_fails += 1
+            continue
+        out = tree_map(lambda t: t.new_empty(0, device="neuron"), cpu_out)
+        _, exc = _attempt(_call_out, op, sample, out, mover)
+        if exc:
+            v.error(i, exc)
+            break
+        problem = classify.compare(out, expected, *tol, shape_only=shape_only)
+        if problem:
+            v.mismatch(i, problem)
+            break
+        v.compared += 1
+    return v.result()
+
+
+def _inplace(op, dtype, tol, shape_only, limit) -> dict:
+    v = _Variant()
+    for i, sample in enumerate(_samples(op, dtype, False, limit)):
+        if sample.broadcasts_input or not isinstance(sample.input, torch.Tensor):
+            continue
+        mover = _Mover()
+        target = mover(sample.input)
+        mover.prepare(sample)
+        _, exc = _attempt(_call, op.inplace_variant, sample)
+        if exc:
+            v.cpu_fails += 1
+            continue
+        returned, exc = _attempt(_call, op.inplace_variant, sample, mover)
+        if exc:
+            v.error(i, exc)
+            break
+        problem = classify.compare(target, sample.input, *tol, shape_only=shape_only)
+        if problem is None and returned is not target:
+            problem = {"message": "the in-place variant did not return its input"}
+        if problem:
+            v.mismatch(i, problem)
+            break
+        v.compared += 1
+    return v.result()
+
+
+def run_op_dtype(op, dtype, backward: bool = True, max_samples: int = 8) -> dict:
+    """The record of one op x dtype: status, reason, each variant's result, CPU fallbacks."""
+    name = full_name(op)
+    record = {"op": name, "family": families.family(op), "dtype": str(dtype).removeprefix("torch.")}
+    mode, reason = skips.lookup(name)
+    if mode == "skip":
+        return {**record, "status": "skipped", "reason": reason, "variants": {}, "fallbacks": {}, "seconds": 0.0}
+    shape_only = mode == "shape-only"
+    tol = classify.tolerance(op, dtype)
+    start, before = time.perf_counter(), _fallback_counts()
+    variants = {"forward": _guarded(_forward, op, dtype, tol, shape_only, max_samples)}
+    if backward and op.supports_autograd and dtype.is_floating_point and not shape_only:
+        variants["backward"] = _guarded(_backward, op, dtype, tol, max_samples)
+    if op.supports_out:
+        variants["out"] = _guarded(_out, op, dtype, tol, shape_only, max_samples)
+    if op.inplace_variant is not None:
+        variants["inplace"] = _guarded(_inplace, op, dtype, tol, shape_only, max_samples)
+    after = _fallback_counts()
+    fallbacks = {k: n - before.get(k, 0) for k, n in after.items() if n > before.get(k, 0)}
+    status, why = classify.classify(variants, fallbacks)
+    if shape_only and status == "pass":
+        why = f"compared by shape/dtype only ({reason})"
+    return {**record, "status": status, "reason": why, "variants": variants, "fallbacks": fallbacks,
+            "seconds": round(time.perf_counter() - start, 3)}
+
+
+def _guarded(variant, *args) -> dict:
+    """A variant whose OpInfo sample generator itself fails on CPU is skipped, not failed."""
+    result, exc = _attempt(variant, *args)
+    if exc is None:
+        return result
+    detail = classify.error_detail(exc)
+    return {"status": "skipped", "reason": f"sample-inputs-fail: {detail['type']}: {detail['message']}"}

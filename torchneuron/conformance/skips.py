@@ -1,0 +1,51 @@
+"""The reviewed table of ops that are not compared value by value, with the reason.
+
+'shape-only': the op's values are random or uninitialised, so neuron and CPU can only agree on
+shape and dtype (and no gradients are compared). 'skip': the op cannot run on this backend by
+design. Every other op is compared in full; an op whose CPU run fails is skipped as 'cpu-fails'
+by the runner, not listed here.
+"""
+from __future__ import annotations
+
+import fnmatch
+
+SHAPE_ONLY = {
+    # random: neuron draws from its own generator (a JAX PRNG), so values differ from CPU's
+    "random": [
+        "bernoulli", "cauchy", "exponential", "geometric", "log_normal", "multinomial", "normal",
+        "normal.*", "uniform", "rand_like", "randn", "randn_like", "randint", "randint_like",
+        "nn.functional.dropout", "nn.functional.dropout2d", "nn.functional.dropout3d",
+        "nn.functional.alpha_dropout", "nn.functional.feature_alpha_dropout.with_train",
+        "nn.functional.rrelu", "nn.functional.fractional_max_pool2d", "nn.functional.fractional_max_pool3d",
+        "svd_lowrank", "pca_lowrank",
+    ],
+    # uninitialised memory: only the geometry is defined
+    "uninitialised": [
+        "empty", "empty_like", "empty_strided", "empty_permuted", "new_empty", "new_empty_strided",
+        "resize_", "resize_as_",
+    ],
+}
+
+SKIP = {
+    "sparse-layout": ["sparse.*", "to_sparse"],
+    "cuda-only": ["jiterator_*", "torch._scaled_mm*", "torch.ops.aten._flash_attention_forward",
+                  "torch.ops.aten._efficient_attention_forward", "bmm.triton_optimized"],
+}
+
+
+def _match(name: str, table: dict[str, list[str]]) -> str | None:
+    for reason, patterns in table.items():
+        if any(fnmatch.fnmatchcase(name, p) for p in patterns):
+            return reason
+    return None
+
+
+def lookup(name: str) -> tuple[str, str | None]:
+    """('skip', reason), ('shape-only', reason) or ('full', None) for an OpInfo's full name."""
+    reason = _match(name, SKIP)
+    if reason:
+        return "skip", reason
+    reason = _match(name, SHAPE_ONLY)
+    if reason:
+        return "shape-only", reason
+    return "full", None
