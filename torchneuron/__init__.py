@@ -47,7 +47,11 @@ def _register() -> None:
     from .lowering import load_all
 
     load_all()
+    from . import amp
+    from .amp import ops as _amp_ops  # noqa: F401 (GradScaler's lowerings join the table)
+
     kernels.register_all()
+    amp.install()
     __import__("torchneuron.distributed").distributed.register()
 
 

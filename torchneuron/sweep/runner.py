@@ -28,7 +28,8 @@ def run_one(model_type: str, out: Path, timeout: float, compiled: bool) -> dict:
     log = out / "logs" / f"{model_type}.log"
     with open(log, "w") as f:
         try:
-            proc = subprocess.run(cmd, check=False, stdout=f, stderr=subprocess.STDOUT, timeout=timeout)
+            proc = subprocess.run(cmd, check=False, stdout=f, stderr=subprocess.STDOUT, timeout=timeout,
+                                  env=_worker_env(out))
             crash = f"process exited with {proc.returncode}" if proc.returncode else ""
         except subprocess.TimeoutExpired:
             crash = f"timeout after {timeout:.0f} s"
@@ -36,6 +37,15 @@ def run_one(model_type: str, out: Path, timeout: float, compiled: bool) -> dict:
     if crash:
         _mark_crash(result, crash)
     return result
+
+
+def _worker_env(out: Path) -> dict:
+    """Tiny models share most op shapes: a persistent XLA cache saves recompiling them per model."""
+    env = dict(os.environ)
+    env.setdefault("JAX_COMPILATION_CACHE_DIR", str((out / "xla-cache").resolve()))
+    env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    env.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+    return env
 
 
 def _mark_crash(result: dict, reason: str) -> None:
