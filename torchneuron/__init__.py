@@ -52,6 +52,7 @@ def _register() -> None:
 
     kernels.register_all()
     amp.install()
+    __import__("torchneuron.profiler").profiler.install()
     __import__("torchneuron.distributed").distributed.register()
 
 
