@@ -5,7 +5,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from torchneuron.sweep.runner import STAGES, sweep  # noqa: E402
+from torchneuron.sweep.runner import STAGES, sweep
 
 
 def test_sweep_three_architectures(tmp_path):
