@@ -47,7 +47,12 @@ def _register() -> None:
     from .lowering import load_all
 
     load_all()
+    from . import amp
+    from .amp import ops as _amp_ops  # noqa: F401 (GradScaler's lowerings join the table)
+
     kernels.register_all()
+    amp.install()
+    __import__("torchneuron.profiler").profiler.install()
     __import__("torchneuron.distributed").distributed.register()
 
 

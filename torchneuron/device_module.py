@@ -206,4 +206,8 @@ def build() -> types.ModuleType:
     for name in API:
         setattr(module, name, globals()[name])
     module.API = API
+    # Registering initialises the device; torch.utils.checkpoint saves and replays the device's
+    # RNG state only when the device module's `_initialized` is true.
+    _lazy_init()
+    module._initialized = True
     return module

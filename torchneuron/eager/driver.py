@@ -120,14 +120,30 @@ def _describe_one(desc, kind, value, op) -> None:
         desc.key.append(value if not isinstance(value, list) else tuple(value))
 
 
-def run(schema: OpSchema, plans: dict, args, kwargs):
-    storages.maybe_drain()
-    desc = describe(schema, args, kwargs)
-    buffers = _buffers(desc)
+# torchneuron.profiler sets this to a function that says whether a profiler is recording.
+profiling = None
+
+
+def plan_key(schema: OpSchema, desc: CallDescription, buffers) -> tuple:
     key = tuple(desc.key) + tuple((b.dtype, b.shape[0]) for b in buffers)
     lowering = LOWERINGS.get(schema.functional)
     if lowering is not None and lowering.static_scalars:
         key += tuple(desc.scalars)  # the scalars shape the result: one plan per value
+    return key
+
+
+def run(schema: OpSchema, plans: dict, args, kwargs):
+    if profiling is not None and profiling():
+        from ..profiler import profiled_run
+        return profiled_run(schema, plans, args, kwargs)
+    return run_plain(schema, plans, args, kwargs)
+
+
+def run_plain(schema: OpSchema, plans: dict, args, kwargs):
+    storages.maybe_drain()
+    desc = describe(schema, args, kwargs)
+    buffers = _buffers(desc)
+    key = plan_key(schema, desc, buffers)
     plan = plans.get(key)
     if plan is None:
         with _lock:
@@ -135,7 +151,7 @@ def run(schema: OpSchema, plans: dict, args, kwargs):
         if plan.resize:
             # out= arguments of the wrong size: resize them as PyTorch does, then run again.
             plan.apply_resizes(args, kwargs)
-            return run(schema, plans, args, kwargs)
+            return run_plain(schema, plans, args, kwargs)
         plans[key] = plan
     return plan(args, kwargs, desc, buffers)
 

@@ -1,0 +1,154 @@
+"""Shrinks a Hugging Face config to a tiny model with generic rules (no downloads).
+
+The config class's defaults describe the full-size architecture; the rules below cap every
+size by the meaning of its key (hidden widths, layers, heads, vocab, experts, positions),
+keep one layer of each kind where the config lists layer types, remap special token ids
+into the small vocabulary, and recurse into nested configs (text_config and friends).
+"""
+from __future__ import annotations
+
+import re
+
+HIDDEN = 64
+HEADS = 4
+HEAD_DIM = HIDDEN // HEADS
+VOCAB = 128
+POSITIONS = 128
+
+_LAYERS = {"num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers", "encoder_layers",
+           "num_decoder_layers", "num_encoder_layers", "text_num_hidden_layers"}
+_HIDDEN = {"hidden_size", "n_embd", "d_model", "embed_dim", "n_embed", "dim", "model_dim", "word_embed_proj_dim",
+           "embedding_size", "hidden_dim", "d_embed"}
+_HEADS = {"num_attention_heads", "n_head", "num_heads", "n_heads", "decoder_attention_heads",
+          "encoder_attention_heads", "num_attention_heads_text"}
+_KV_HEADS = {"num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num", "n_head_kv",
+             "num_key_value_groups"}
+_HEAD_DIMS = {"head_dim", "attention_head_size", "kv_channels", "v_head_dim", "head_size", "attention_head_dim"}
+_EXPERTS = {"num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_experts_total"}
+_TOP_K = {"num_experts_per_tok", "top_k", "moe_topk", "num_experts_per_token", "moe_k", "num_selected_experts"}
+_GROUPS = {"n_group", "topk_group", "num_expert_groups", "moe_num_groups"}
+_VOCAB = {"vocab_size", "text_vocab_size"}
+_SMALL_DIMS = {"q_lora_rank": 32, "kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8,
+               "index_head_dim": 16, "index_n_heads": 2, "mamba_d_head": 16, "mamba_n_heads": 8,
+               "mamba_d_state": 16, "ssm_state_size": 16, "state_size": 16, "d_state": 16,
+               "time_step_rank": 8, "linear_key_head_dim": 16, "linear_value_head_dim": 16,
+               "linear_num_key_heads": 2, "linear_num_value_heads": 4, "n_shared_experts": 1,
+               "num_shared_experts": 1, "attention_window": 8, "block_size": 8, "chunk_size": 8,
+               "num_memory_tokens": 0, "rotary_dim": HEAD_DIM}
+_LAYER_LISTS = ("layer_types", "layers_block_type", "block_types", "hybrid_override_pattern", "attn_type_list",
+                "mlp_layer_types", "layer_type")
+_INTERMEDIATE = re.compile(r"(intermediate|ffn|inner|d_ff|mlp_dim|mlp_hidden|moe_dim|expert_dim|ff_dim)")
+_SIZE = re.compile(r"(_size|_dim|_width|_channels)$")
+
+# Architectures whose default config needs more than the generic rules.
+OVERRIDES: dict[str, dict] = {
+    "reformer": {"axial_pos_shape": [8, 16], "axial_pos_embds_dim": [32, 32], "attn_layers": ["local", "lsh"],
+                 "local_attn_chunk_length": 8, "lsh_attn_chunk_length": 8, "max_position_embeddings": 128,
+                 "is_decoder": True},
+    "xlnet": {"mem_len": 8},
+    "rwkv": {"context_length": POSITIONS, "attention_hidden_size": HIDDEN},
+    "longcat_flash": {"num_layers": 1},
+    "gpt_neo": {"attention_types": [[["global", "local"], 1]]},
+}
+
+
+def _kv(value: int) -> int:
+    """Keep grouped-query attention grouped, multi-head attention multi-head."""
+    return HEADS if value is None else max(1, min(value, HEADS // 2))
+
+
+def _token_id(value, vocab: int):
+    if isinstance(value, list):
+        return [_token_id(v, vocab) for v in value]
+    if isinstance(value, int) and value >= vocab:
+        return vocab - 1 - value % 8  # distinct small ids near the top of the small vocab
+    return value
+
+
+def shrink_dict(d: dict) -> dict:
+    """The shrunk copy of a config dict (to_dict() form); nested config dicts recurse."""
+    out = dict(d)
+    vocab = min(d.get("vocab_size") or VOCAB, VOCAB)
+    for key, value in d.items():
+        if isinstance(value, dict) and ("model_type" in value or key.endswith("config")):
+            out[key] = shrink_dict(value)
+        elif key == "head_dim" and value is None:
+            out[key] = HEAD_DIM  # derived in the model as hidden // heads; some models need it set
+        elif isinstance(value, bool) or not isinstance(value, int):
+            continue
+        else:
+            out[key] = _shrink_int(key, value, d, vocab)
+    for key, value in d.items():
+        if key.endswith(("token_id", "token_ids")):
+            out[key] = _token_id(value, vocab)
+    _keep_layer_kinds(out)
+    _trim_per_layer(d, out)
+    return out
+
+
+def _trim_per_layer(d: dict, out: dict) -> None:
+    """Per-layer lists and tables follow the new layer count."""
+    layers_key = next((k for k in _LAYERS if k in d), None)
+    if layers_key is None or not isinstance(d[layers_key], int):
+        return
+    old, new = d[layers_key], out[layers_key]
+    for key, value in out.items():
+        if isinstance(value, list) and len(value) == old and key not in _LAYER_LISTS and old != new:
+            out[key] = [min(v, 2 * HIDDEN) if isinstance(v, int) and not isinstance(v, bool) else v
+                        for v in value[:new]]
+        elif key == "per_layer_config" and isinstance(value, dict):
+            out[key] = {k: v for k, v in value.items() if int(k) < new}
+
+
+def _shrink_int(key: str, value: int, d: dict, vocab: int) -> int:
+    if key in _LAYERS:
+        return min(value, 2)
+    if key in _HIDDEN:
+        return min(value, HIDDEN)
+    if key in _HEADS:
+        return min(value, HEADS)
+    if key in _KV_HEADS:
+        return _kv(value)
+    if key in _HEAD_DIMS:
+        return min(value, HEAD_DIM)
+    if key in _VOCAB or key.startswith("vocab_size"):
+        return vocab
+    if key in _EXPERTS:
+        return min(value, 4)
+    if key in _TOP_K:
+        return min(value, 2)
+    if key in _GROUPS:
+        return 1
+    if key in _SMALL_DIMS:
+        return min(value, _SMALL_DIMS[key])
+    if "position" in key or key in ("n_positions", "n_ctx", "seq_length", "max_seq_len"):
+        return min(value, POSITIONS) if value > 16 else value
+    if _INTERMEDIATE.search(key):
+        return min(value, 2 * HIDDEN)
+    if _SIZE.search(key) and value > 2 * HIDDEN:
+        return 2 * HIDDEN
+    return value
+
+
+def _keep_layer_kinds(d: dict) -> None:
+    """Keep the first layer of each kind in a per-layer pattern and set the layer count to match."""
+    layers_key = next((k for k in _LAYERS if k in d), None)
+    for key in _LAYER_LISTS:
+        pattern = d.get(key)
+        if not isinstance(pattern, (list, str)) or len(pattern) < 2:
+            continue
+        kinds = list(dict.fromkeys(pattern))
+        picked = [pattern[pattern.index(k)] for k in kinds]
+        picked = picked if len(picked) >= 2 else picked * 2
+        d[key] = "".join(picked) if isinstance(pattern, str) else picked
+        if layers_key is not None:
+            d[layers_key] = len(picked)
+
+
+def shrink(config_class, model_type: str):
+    """A tiny instance of `config_class` (its defaults shrunk, then the per-model overrides)."""
+    d = shrink_dict(config_class().to_dict())
+    d.update(OVERRIDES.get(model_type, {}))
+    for key in ("architectures", "_name_or_path", "transformers_version", "auto_map", "quantization_config"):
+        d.pop(key, None)
+    return config_class.from_dict(d)

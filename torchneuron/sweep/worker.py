@@ -1,0 +1,153 @@
+"""Runs one architecture through the sweep's stages; meant to run in its own process.
+
+    python -m torchneuron.sweep.worker MODEL_TYPE RESULT.json [--compile]
+
+Stages, in order, each recorded in RESULT.json as soon as it ends (so a timeout still tells
+which stage hung): build (tiny config and model), cpu (forward with labels, backward and
+greedy generate on CPU), then forward, backward and generate on neuron compared with CPU.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import sys
+import time
+import traceback
+
+import torch
+
+STAGES = ("build", "cpu", "forward", "backward", "generate")
+BATCH, SEQ, NEW_TOKENS = 2, 8, 3
+LOSS_RTOL = 1e-3
+GRAD_TOL = 2e-2  # relative to the gradient's largest magnitude: sums of many products drift
+GRAD_ATOL = 1e-6  # gradients that are zero in exact arithmetic (a key bias) are pure rounding noise
+GRAD_PARAMS = 4
+
+
+def _reason(exc: BaseException) -> str:
+    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+    return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}"
+
+
+class Recorder:
+    def __init__(self, model_type: str, path: str):
+        self.path = path
+        self.result = {"model_type": model_type, "stages": {}, "fallback_ops": {}}
+
+    def stage(self, name: str, ok: bool, detail: str = "", seconds: float = 0.0) -> None:
+        self.result["stages"][name] = {"ok": ok, "detail": detail, "seconds": round(seconds, 2)}
+        self.save()
+
+    def save(self) -> None:
+        with open(self.path, "w") as f:
+            json.dump(self.result, f)
+
+
+def build(model_type: str):
+    from transformers import AutoModelForCausalLM
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from .shrink import shrink
+
+    config = shrink(CONFIG_MAPPING[model_type], model_type)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    return model.eval()  # no dropout: CPU and neuron draw different random numbers
+
+
+def inputs(model):
+    vocab = model.get_output_embeddings().weight.shape[0] if model.get_output_embeddings() is not None \
+        else model.config.get_text_config().vocab_size
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, min(vocab, 100), (BATCH, SEQ), generator=g)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
+
+
+def _to(batch: dict, device) -> dict:
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+def _grads(model) -> dict:
+    named = [(n, p) for n, p in model.named_parameters() if p.grad is not None]
+    picks = {named[i * (len(named) - 1) // max(GRAD_PARAMS - 1, 1)] for i in range(GRAD_PARAMS)} if named else []
+    return {n: p.grad.detach().float().cpu() for n, p in picks}
+
+
+def _generate(model, batch: dict) -> list:
+    pad = model.generation_config.pad_token_id
+    eos = model.generation_config.eos_token_id
+    out = model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                         max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
+                         pad_token_id=pad if pad is not None else (eos if isinstance(eos, int) else 0))
+    return out.cpu().tolist()
+
+
+def run_cpu(model, batch):
+    out = model(**batch)
+    out.loss.backward()
+    grads = _grads(model)
+    model.zero_grad(set_to_none=True)
+    with torch.no_grad():
+        tokens = _generate(model, batch)
+    return out.loss.item(), grads, tokens
+
+
+def _compare_grads(cpu: dict, neuron_model) -> str:
+    params = dict(neuron_model.named_parameters())
+    worst = ""
+    for name, ref in cpu.items():
+        g = params[name].grad
+        if g is None:
+            return f"no gradient for {name}"
+        got = g.detach().float().cpu()
+        scale = ref.abs().max().item() or 1.0
+        diff = (got - ref).abs().max().item()
+        if not diff <= GRAD_TOL * scale + GRAD_ATOL:
+            worst = f"{name}: max error {diff / scale:.2e} of its scale {scale:.2e}"
+    return worst
+
+
+def main(model_type: str, path: str, compiled: bool = False) -> None:
+    import torchneuron  # noqa: F401 (registers the device)
+    from torchneuron.eager.fallback import counts
+
+    rec = Recorder(model_type, path)
+    stage = "build"
+    t0 = time.perf_counter()
+    try:
+        model = build(model_type)
+        batch = inputs(model)
+        rec.result["parameters"] = sum(p.numel() for p in model.parameters())
+        rec.stage(stage, True, type(model).__name__, time.perf_counter() - t0)
+        stage, t0 = "cpu", time.perf_counter()
+        neuron_model = copy.deepcopy(model)
+        loss, grads, tokens = run_cpu(model, batch)
+        rec.stage(stage, True, f"loss {loss:.6f}", time.perf_counter() - t0)
+
+        neuron_model.to("neuron")
+        runner = torch.compile(neuron_model, backend="neuron") if compiled else neuron_model
+        nbatch = _to(batch, "neuron")
+        stage, t0 = "forward", time.perf_counter()
+        out = runner(**nbatch)
+        got = out.loss.item()
+        ok = abs(got - loss) <= LOSS_RTOL * max(abs(loss), 1e-6)
+        rec.stage(stage, ok, f"loss {got:.6f} vs cpu {loss:.6f}", time.perf_counter() - t0)
+        stage, t0 = "backward", time.perf_counter()
+        out.loss.backward()
+        bad = _compare_grads(grads, neuron_model)
+        rec.stage(stage, not bad, bad, time.perf_counter() - t0)
+        stage, t0 = "generate", time.perf_counter()
+        with torch.no_grad():
+            got_tokens = _generate(neuron_model, nbatch)
+        same = got_tokens == tokens
+        rec.stage(stage, same, "" if same else f"tokens {got_tokens} vs cpu {tokens}", time.perf_counter() - t0)
+    except BaseException as exc:  # noqa: BLE001 (every failure is a result to record)
+        rec.result["traceback"] = traceback.format_exc()[-4000:]
+        rec.stage(stage, False, _reason(exc), time.perf_counter() - t0)
+    finally:
+        rec.result["fallback_ops"] = {str(k): v for k, v in counts.items()}
+        rec.save()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], "--compile" in sys.argv[3:])
