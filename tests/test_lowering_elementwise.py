@@ -601,3 +601,20 @@ def test_inplace_shift_operators():
         return x
 
     check(shift, ints(), ints(low=0, high=5))
+
+
+@pytest.mark.parametrize("invert", [False, True])
+def test_isin_matches_cpu(invert):
+    e, t = torch.tensor([[1, 2, 3], [4, 5, 6]]), torch.tensor([2, 6, 9])
+    check(lambda a, b: torch.isin(a, b, invert=invert), e, t)
+    check(lambda a: torch.isin(a, 5, invert=invert), e)
+    check(lambda a: torch.isin(a, torch.empty(0, dtype=torch.int64).to(a.device)), e)
+    out = torch.empty(0, dtype=torch.bool, device="neuron")
+    torch.isin(e.to("neuron"), t.to("neuron"), invert=invert, out=out)
+    torch.testing.assert_close(out.cpu(), torch.isin(e, t, invert=invert))
+
+
+def test_factory_out_overloads_run_on_neuron():
+    out = torch.empty(0, device="neuron")
+    torch.testing.assert_close(torch.arange(1, 7, 2, out=out).cpu(), torch.arange(1.0, 7, 2))
+    torch.testing.assert_close(torch.linspace(0, 1, 5, out=out).cpu(), torch.linspace(0, 1, 5))

@@ -362,3 +362,15 @@ def test_unsigned_bool_complex_and_empty_k():
     check(lambda t: t.topk(0), torch.randn(4, 5))  # an empty result with strides (1, 1)
     check(lambda t: (t.max(0), t.min(0), t.amax()), torch.tensor([0.0, -0.0, -0.0]))
     check(lambda t: (t.sum(0), t.mean(1), t.var(0), t.cumsum(1), t.norm()), torch.randn(3, 4, dtype=torch.complex64))
+
+
+@pytest.mark.parametrize("args", [(), (10,), (7, -1.0, 1.0), (5, 2.0, 2.0)])
+def test_histc_matches_cpu(args):
+    check(lambda x: torch.histc(x, *args), torch.rand(64) * 4 + 1)
+
+
+def test_histc_counts_integers_like_cuda():
+    x = torch.randint(0, 8, (50,), dtype=torch.int32)
+    out = torch.histc(x.to("neuron"), bins=8, min=0, max=7)
+    assert out.dtype == torch.int32
+    torch.testing.assert_close(out.cpu(), torch.bincount(x, minlength=8).to(torch.int32))

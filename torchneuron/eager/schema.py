@@ -53,6 +53,10 @@ def parse(op: torch._ops.OpOverload) -> OpSchema:
                     functional_variant(op, written, out_args), view)
 
 
+# A factory's out= overload has no TensorOptions: the out tensor decides dtype and device.
+_TENSOR_OPTIONS = {"dtype", "layout", "device", "pin_memory"}
+
+
 def _signature(schema, drop: set[str]) -> list[tuple[str, str]]:
     return [(a.name, str(a.type)) for a in schema.arguments if a.name not in drop]
 
@@ -93,7 +97,7 @@ def functional_variant(op, written, out_args) -> torch._ops.OpOverload | None:
         want = _signature(op._schema, {args[i].name for i in out_args})
         for overload in packet.overloads():
             candidate = getattr(packet, overload)
-            if candidate is not op and _signature(candidate._schema, set()) == [
+            if candidate is not op and _signature(candidate._schema, _TENSOR_OPTIONS) == [
                     (n, t.replace("Tensor(a!)", "Tensor")) for n, t in want]:
                 return candidate
         return None

@@ -728,3 +728,12 @@ def hardshrink_backward(grad_out, self, lambd):
 def copy(self, src, non_blocking=False):
     return jnp.broadcast_to(src, self.shape).astype(self.dtype)
 
+
+
+@lowers(aten.isin.Tensor_Tensor, aten.isin.Tensor_Scalar, aten.isin.Scalar_Tensor)
+def isin(elements, test_elements, *, assume_unique=False, invert=False):
+    elements, test = jnp.asarray(elements), jnp.asarray(test_elements).reshape(-1)
+    common = jnp.promote_types(elements.dtype, test.dtype)
+    found = (elements.astype(common)[..., None] == test.astype(common)).any(-1) if test.size else \
+        jnp.zeros(elements.shape, bool)
+    return ~found if invert else found
