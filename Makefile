@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install build lint bench conformance clean
+.PHONY: demo test install build lint bench conformance sweep clean
 
 $(STAMP): pyproject.toml setup.py csrc/neuron_core.cpp
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,15 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/eager_overhead.py
+	$(PY) benchmarks/compile.py
+	$(VENV)/bin/torchrun --nproc-per-node=2 benchmarks/collectives.py
+
+# The full OpInfo conformance run (about 30-60 minutes here) and the Hugging Face sweep (hours).
+conformance: $(STAMP)
+	$(VENV)/bin/torchneuron-conformance --dtypes float32 --jobs 2 --timeout 300 --max-samples 3 --out reports/conformance
+
+sweep: $(STAMP)
+	$(VENV)/bin/torchneuron-sweep --jobs 2 --timeout 150 --out reports/sweep
 
 clean:
 	rm -rf $(VENV) build *.egg-info torchneuron/_core*.so
