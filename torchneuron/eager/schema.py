@@ -97,7 +97,8 @@ def functional_variant(op, written, out_args) -> torch._ops.OpOverload | None:
         want = _signature(op._schema, {args[i].name for i in out_args})
         for overload in packet.overloads():
             candidate = getattr(packet, overload)
-            if candidate is not op and _signature(candidate._schema, _TENSOR_OPTIONS) == [
+            absent = _TENSOR_OPTIONS - {n for n, _ in want}
+            if candidate is not op and _signature(candidate._schema, absent) == [
                     (n, t.replace("Tensor(a!)", "Tensor")) for n, t in want]:
                 return candidate
         return None
