@@ -53,12 +53,45 @@ def _unsupported(gm: torch.fx.GraphModule) -> list[str]:
     return sorted(missing)
 
 
-def _copy_into(dst, src):
-    return src  # the write to the real input happens after the executable runs
+def _meta_dtype(node):
+    from ..runtime.dtypes import to_jax
+    return to_jax(node.meta["val"].dtype)
 
 
-# Graph ops the compiler handles itself rather than through the table.
-_GRAPH_OPS = {torch.ops.aten.copy_.default: _copy_into}
+def _copy_into(node, dst, src, *rest):
+    # Into a graph intermediate; copies into graph inputs are mutations, handled in _call.
+    return jax.numpy.broadcast_to(src, dst.shape).astype(dst.dtype)
+
+
+def _cast_copy(node, x, *args, **kwargs):
+    # x.to(dtype / device / memory format): only the dtype changes a value; the device of a graph
+    # output is restored from its meta value when the executable returns.
+    return x.astype(_meta_dtype(node))
+
+
+def _identity(node, x, *args, **kwargs):
+    return x
+
+
+def _allocation(size_arg):
+    # Uninitialised memory in a functional graph is never read before it is written: zeros will do.
+    def allocate(node, *args, **kwargs):
+        return jax.numpy.zeros(tuple(args[size_arg]), _meta_dtype(node))
+    return allocate
+
+
+# Graph ops the compiler handles itself rather than through the table: allocation, device and
+# dtype moves, which are storage concerns in eager mode and plain values in a graph.
+_GRAPH_OPS = {
+    torch.ops.aten.copy_.default: _copy_into,
+    torch.ops.aten._to_copy.default: _cast_copy,
+    torch.ops.aten.lift_fresh_copy.default: _identity,
+    torch.ops.aten.empty.memory_format: _allocation(0),
+    torch.ops.aten.empty_strided.default: _allocation(0),
+    torch.ops.aten.empty_permuted.default: _allocation(0),
+    torch.ops.aten.new_empty.default: _allocation(1),
+    torch.ops.aten.new_empty_strided.default: _allocation(1),
+}
 
 
 class CompiledGraph:
@@ -71,6 +104,10 @@ class CompiledGraph:
         self.random_nodes = [n for n in gm.graph.nodes if n.op == "call_function"
                              and n.target in LOWERINGS and LOWERINGS[n.target].random]
         self.mutated_inputs: list[int] = []
+        output = next(n for n in gm.graph.nodes if n.op == "output")
+        # Outputs the graph moved to the host (x.cpu()) leave as host tensors.
+        self.host_outputs = {i for i, a in enumerate(output.args[0]) if isinstance(a, torch.fx.Node)
+                             and isinstance(a.meta.get("val"), torch.Tensor) and a.meta["val"].device.type == "cpu"}
         self.signatures: set = set()
         # Non-tensor inputs (SymInt sizes under dynamic shapes) are static: they shape the graph.
         self.jitted = jax.jit(self._run_graph, static_argnums=(1,))
@@ -90,6 +127,8 @@ class CompiledGraph:
         for node in self.gm.graph.nodes:
             if node.op == "call_function":
                 env[node] = self._call(node, env, mutations, base_key, rng, random_index)
+            elif node.op == "get_attr":  # a constant tensor the graph captured: baked into the executable
+                env[node] = _to_array(getattr(self.gm, node.target), None)
             elif node.op == "output":
                 outputs = [env[a] if isinstance(a, torch.fx.Node) else a for a in node.args[0]]
         ordered = sorted(mutations)
@@ -116,6 +155,8 @@ class CompiledGraph:
             mutations[index] = new
             env[node.args[0]] = new
             return new
+        if target in _GRAPH_OPS:
+            return _GRAPH_OPS[target](node, *args, **kwargs)
         lowering = LOWERINGS[target]
         meta_args = _meta_values(node.args)
         meta_kwargs = _meta_values(node.kwargs)
@@ -154,7 +195,7 @@ class CompiledGraph:
         for index, new in zip(self.mutated_inputs, mutated):
             target = inputs[index]
             transfer.copy_(target, transfer.from_value(new, target.device))
-        return [transfer.from_value(o, device) if hasattr(o, "shape") else o for o in outputs]
+        return [_from_array(o, device, i in self.host_outputs) for i, o in enumerate(outputs)]
 
 
 def _to_array(x, device):
@@ -163,6 +204,15 @@ def _to_array(x, device):
             return jax.numpy.asarray(transfer.cpu_numpy(x))
         return transfer.value_of(x)
     return x
+
+
+def _from_array(value, device, host):
+    if not hasattr(value, "shape"):
+        return value
+    if host:
+        from ..runtime.dtypes import to_torch
+        return transfer.host_tensor(np.asarray(value), to_torch(value.dtype))
+    return transfer.from_value(value, device)
 
 
 def _meta_values(x):
