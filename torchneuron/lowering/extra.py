@@ -54,7 +54,7 @@ def sort(self, dim=-1, descending=False):
 def histc(self, bins=100, min=0, max=0):  # the schema's names shadow builtins
     dtype = self.dtype if jnp.issubdtype(self.dtype, jnp.floating) else jnp.float64
     x = self.reshape(-1).astype(dtype)
-    lo, hi = min.astype(dtype), max.astype(dtype)
+    lo, hi = jnp.asarray(min, dtype), jnp.asarray(max, dtype)
     # min == max means "the data's range"; a still-empty range widens by one on each side.
     same = lo == hi
     lo, hi = jnp.where(same, jnp.min(x, initial=jnp.inf), lo), jnp.where(same, jnp.max(x, initial=-jnp.inf), hi)
