@@ -25,6 +25,7 @@ from torch._dynamo.backends.common import aot_autograd
 from .. import random as neuron_random
 from ..eager import transfer
 from ..lowering import LOWERINGS, calling
+from . import buckets
 
 log = logging.getLogger("torchneuron.compile")
 _stats = collections.Counter()
@@ -109,11 +110,15 @@ class CompiledGraph:
         self.host_outputs = {i for i, a in enumerate(output.args[0]) if isinstance(a, torch.fx.Node)
                              and isinstance(a.meta.get("val"), torch.Tensor) and a.meta["val"].device.type == "cpu"}
         self.signatures: set = set()
-        # Non-tensor inputs (SymInt sizes under dynamic shapes) are static: they shape the graph.
+        self.bucketing = buckets.plan(gm)
+        self.output_shapes = [buckets.shape_of(a) for a in output.args[0]]
+        self.input_shapes = [buckets.shape_of(n) for n in self.placeholders]
+        # Non-tensor inputs (SymInt sizes under dynamic shapes) are static: they shape the graph (with
+        # bucketing, as bucket sizes; the true sizes are a traced input that masks).
         self.jitted = jax.jit(self._run_graph, static_argnums=(1,))
         _stats["graphs"] += 1
 
-    def _run_graph(self, arrays, statics, rng):
+    def _run_graph(self, arrays, statics, rng, true_sizes=None):
         _stats["compiles"] += 1  # runs only while JAX traces: once per new input signature
         inputs, arrays, statics = [], list(arrays), list(statics)
         for is_array in self.array_mask:
@@ -126,7 +131,7 @@ class CompiledGraph:
         random_index = {n: i for i, n in enumerate(self.random_nodes)}
         for node in self.gm.graph.nodes:
             if node.op == "call_function":
-                env[node] = self._call(node, env, mutations, base_key, rng, random_index)
+                env[node] = self._call(node, env, mutations, base_key, rng, random_index, true_sizes)
             elif node.op == "get_attr":  # a constant tensor the graph captured: baked into the executable
                 env[node] = _to_array(getattr(self.gm, node.target), None)
             elif node.op == "output":
@@ -135,7 +140,7 @@ class CompiledGraph:
         self.mutated_inputs = ordered
         return outputs, [mutations[i] for i in ordered]
 
-    def _call(self, node, env, mutations, base_key, rng, random_index):
+    def _call(self, node, env, mutations, base_key, rng, random_index, true_sizes):
         def value(a):
             if isinstance(a, torch.fx.Node):
                 return env[a]
@@ -144,6 +149,8 @@ class CompiledGraph:
             return a
 
         args, kwargs = value(node.args), value(node.kwargs)
+        if true_sizes is not None and node in self.bucketing.masks:
+            args = buckets.apply_masks(self.bucketing.masks[node], args, true_sizes, list(self.bucketing.symbols))
         target = node.target
         if target is operator.getitem:
             return args[0][args[1]]
@@ -171,31 +178,50 @@ class CompiledGraph:
         return _match_meta(results, node.meta.get("val"), len(target._schema.returns) > 1)
 
     def __call__(self, *inputs):
-        tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
-        device = next((t.device for t in tensors if t.device.type == "neuron"),
-                      torch.device("neuron", torch.neuron.current_device()))
+        device = self._device(inputs)
         arrays = [_to_array(x, device) for x in inputs]
-        signature = tuple((a.shape, a.dtype) if hasattr(a, "shape") else type(a) for a in arrays)
-        if signature not in self.signatures:
-            if self.signatures:
-                reason = f"{self.name}: new input signature {_describe_change(self.signatures, signature)}"
-                _reasons.append(reason)
-                if _LOG_RECOMPILES:
-                    print(f"torchneuron recompile: {reason}")
-            self.signatures.add(signature)
-        else:
-            _stats["cache_hits"] += 1
+        true = None
+        if self.bucketing is not None:
+            true, sizes = self.bucketing.sizes(inputs)
+            arrays = [buckets.pad(a, shape, true, sizes) if hasattr(a, "shape") else a
+                      for a, shape in zip(arrays, self.input_shapes)]
+            for symbol, index in self.bucketing.symbols.items():
+                arrays[index] = sizes[symbol]  # the graph's shapes are the bucket's
         rng = None
         if self.random_nodes:
             seed, offset = neuron_random.next_seed_and_offset(device, None)
             rng = (np.uint64(seed), np.uint64(offset))
         self.array_mask = tuple(hasattr(a, "shape") for a in arrays)
-        outputs, mutated = self.jitted([a for a in arrays if hasattr(a, "shape")],
-                                       tuple(a for a in arrays if not hasattr(a, "shape")), rng)
+        statics = tuple(a for a in arrays if not hasattr(a, "shape"))
+        true_sizes = None if true is None else np.array(list(true.values()), np.int64)
+        compiles = _stats["compiles"]
+        outputs, mutated = self.jitted([a for a in arrays if hasattr(a, "shape")], statics, rng, true_sizes)
+        if _stats["compiles"] != compiles:
+            self._note_compile(arrays)
+        else:
+            _stats["cache_hits"] += 1
         for index, new in zip(self.mutated_inputs, mutated):
             target = inputs[index]
             transfer.copy_(target, transfer.from_value(new, target.device))
+        if true is not None:
+            outputs = [buckets.unpad(o, shape, true) if hasattr(o, "shape") else o
+                       for o, shape in zip(outputs, self.output_shapes)]
         return [_from_array(o, device, i in self.host_outputs) for i, o in enumerate(outputs)]
+
+    def _device(self, inputs):
+        for t in inputs:
+            if isinstance(t, torch.Tensor) and t.device.type == "neuron":
+                return t.device
+        return torch.device("neuron", torch.neuron.current_device())
+
+    def _note_compile(self, arrays):
+        signature = tuple((a.shape, a.dtype) if hasattr(a, "shape") else a for a in arrays)
+        if self.signatures:
+            reason = f"{self.name}: new input signature {_describe_change(self.signatures, signature)}"
+            _reasons.append(reason)
+            if _LOG_RECOMPILES:
+                print(f"torchneuron recompile: {reason}")
+        self.signatures.add(signature)
 
 
 def _to_array(x, device):
