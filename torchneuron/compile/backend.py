@@ -81,6 +81,10 @@ def _allocation(size_arg):
     return allocate
 
 
+def _full_like(node, x, fill_value, **kwargs):
+    return jax.numpy.full(x.shape, fill_value, _meta_dtype(node))
+
+
 # Graph ops the compiler handles itself rather than through the table: allocation, device and
 # dtype moves, which are storage concerns in eager mode and plain values in a graph.
 _GRAPH_OPS = {
@@ -92,6 +96,7 @@ _GRAPH_OPS = {
     torch.ops.aten.empty_permuted.default: _allocation(0),
     torch.ops.aten.new_empty.default: _allocation(1),
     torch.ops.aten.new_empty_strided.default: _allocation(1),
+    torch.ops.aten.full_like.default: _full_like,
 }
 
 
@@ -202,7 +207,10 @@ class CompiledGraph:
             _stats["cache_hits"] += 1
         for index, new in zip(self.mutated_inputs, mutated):
             target = inputs[index]
-            transfer.copy_(target, transfer.from_value(new, target.device))
+            if target.device.type != "neuron":  # a host input, e.g. the optimizer's step counts
+                target.copy_(_from_array(new, target.device, True))
+            else:
+                transfer.copy_(target, transfer.from_value(new, target.device))
         if true is not None:
             outputs = [buckets.unpad(o, shape, true) if hasattr(o, "shape") else o
                        for o, shape in zip(outputs, self.output_shapes)]
