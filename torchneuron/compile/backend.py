@@ -25,6 +25,7 @@ from torch._dynamo.backends.common import aot_autograd
 from .. import random as neuron_random
 from ..eager import transfer
 from ..lowering import LOWERINGS, calling
+from . import buckets
 
 log = logging.getLogger("torchneuron.compile")
 _stats = collections.Counter()
@@ -53,12 +54,50 @@ def _unsupported(gm: torch.fx.GraphModule) -> list[str]:
     return sorted(missing)
 
 
-def _copy_into(dst, src):
-    return src  # the write to the real input happens after the executable runs
+def _meta_dtype(node):
+    from ..runtime.dtypes import to_jax
+    return to_jax(node.meta["val"].dtype)
 
 
-# Graph ops the compiler handles itself rather than through the table.
-_GRAPH_OPS = {torch.ops.aten.copy_.default: _copy_into}
+def _copy_into(node, dst, src, *rest):
+    # Into a graph intermediate; copies into graph inputs are mutations, handled in _call.
+    return jax.numpy.broadcast_to(src, dst.shape).astype(dst.dtype)
+
+
+def _cast_copy(node, x, *args, **kwargs):
+    # x.to(dtype / device / memory format): only the dtype changes a value; the device of a graph
+    # output is restored from its meta value when the executable returns.
+    return x.astype(_meta_dtype(node))
+
+
+def _identity(node, x, *args, **kwargs):
+    return x
+
+
+def _allocation(size_arg):
+    # Uninitialised memory in a functional graph is never read before it is written: zeros will do.
+    def allocate(node, *args, **kwargs):
+        return jax.numpy.zeros(tuple(args[size_arg]), _meta_dtype(node))
+    return allocate
+
+
+def _full_like(node, x, fill_value, **kwargs):
+    return jax.numpy.full(x.shape, fill_value, _meta_dtype(node))
+
+
+# Graph ops the compiler handles itself rather than through the table: allocation, device and
+# dtype moves, which are storage concerns in eager mode and plain values in a graph.
+_GRAPH_OPS = {
+    torch.ops.aten.copy_.default: _copy_into,
+    torch.ops.aten._to_copy.default: _cast_copy,
+    torch.ops.aten.lift_fresh_copy.default: _identity,
+    torch.ops.aten.empty.memory_format: _allocation(0),
+    torch.ops.aten.empty_strided.default: _allocation(0),
+    torch.ops.aten.empty_permuted.default: _allocation(0),
+    torch.ops.aten.new_empty.default: _allocation(1),
+    torch.ops.aten.new_empty_strided.default: _allocation(1),
+    torch.ops.aten.full_like.default: _full_like,
+}
 
 
 class CompiledGraph:
@@ -71,12 +110,20 @@ class CompiledGraph:
         self.random_nodes = [n for n in gm.graph.nodes if n.op == "call_function"
                              and n.target in LOWERINGS and LOWERINGS[n.target].random]
         self.mutated_inputs: list[int] = []
+        output = next(n for n in gm.graph.nodes if n.op == "output")
+        # Outputs the graph moved to the host (x.cpu()) leave as host tensors.
+        self.host_outputs = {i for i, a in enumerate(output.args[0]) if isinstance(a, torch.fx.Node)
+                             and isinstance(a.meta.get("val"), torch.Tensor) and a.meta["val"].device.type == "cpu"}
         self.signatures: set = set()
-        # Non-tensor inputs (SymInt sizes under dynamic shapes) are static: they shape the graph.
+        self.bucketing = buckets.plan(gm)
+        self.output_shapes = [buckets.shape_of(a) for a in output.args[0]]
+        self.input_shapes = [buckets.shape_of(n) for n in self.placeholders]
+        # Non-tensor inputs (SymInt sizes under dynamic shapes) are static: they shape the graph (with
+        # bucketing, as bucket sizes; the true sizes are a traced input that masks).
         self.jitted = jax.jit(self._run_graph, static_argnums=(1,))
         _stats["graphs"] += 1
 
-    def _run_graph(self, arrays, statics, rng):
+    def _run_graph(self, arrays, statics, rng, true_sizes=None):
         _stats["compiles"] += 1  # runs only while JAX traces: once per new input signature
         inputs, arrays, statics = [], list(arrays), list(statics)
         for is_array in self.array_mask:
@@ -89,14 +136,16 @@ class CompiledGraph:
         random_index = {n: i for i, n in enumerate(self.random_nodes)}
         for node in self.gm.graph.nodes:
             if node.op == "call_function":
-                env[node] = self._call(node, env, mutations, base_key, rng, random_index)
+                env[node] = self._call(node, env, mutations, base_key, rng, random_index, true_sizes)
+            elif node.op == "get_attr":  # a constant tensor the graph captured: baked into the executable
+                env[node] = _to_array(getattr(self.gm, node.target), None)
             elif node.op == "output":
                 outputs = [env[a] if isinstance(a, torch.fx.Node) else a for a in node.args[0]]
         ordered = sorted(mutations)
         self.mutated_inputs = ordered
         return outputs, [mutations[i] for i in ordered]
 
-    def _call(self, node, env, mutations, base_key, rng, random_index):
+    def _call(self, node, env, mutations, base_key, rng, random_index, true_sizes):
         def value(a):
             if isinstance(a, torch.fx.Node):
                 return env[a]
@@ -105,6 +154,8 @@ class CompiledGraph:
             return a
 
         args, kwargs = value(node.args), value(node.kwargs)
+        if true_sizes is not None and node in self.bucketing.masks:
+            args = buckets.apply_masks(self.bucketing.masks[node], args, true_sizes, list(self.bucketing.symbols))
         target = node.target
         if target is operator.getitem:
             return args[0][args[1]]
@@ -116,6 +167,8 @@ class CompiledGraph:
             mutations[index] = new
             env[node.args[0]] = new
             return new
+        if target in _GRAPH_OPS:
+            return _GRAPH_OPS[target](node, *args, **kwargs)
         lowering = LOWERINGS[target]
         meta_args = _meta_values(node.args)
         meta_kwargs = _meta_values(node.kwargs)
@@ -130,31 +183,53 @@ class CompiledGraph:
         return _match_meta(results, node.meta.get("val"), len(target._schema.returns) > 1)
 
     def __call__(self, *inputs):
-        tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
-        device = next((t.device for t in tensors if t.device.type == "neuron"),
-                      torch.device("neuron", torch.neuron.current_device()))
+        device = self._device(inputs)
         arrays = [_to_array(x, device) for x in inputs]
-        signature = tuple((a.shape, a.dtype) if hasattr(a, "shape") else type(a) for a in arrays)
-        if signature not in self.signatures:
-            if self.signatures:
-                reason = f"{self.name}: new input signature {_describe_change(self.signatures, signature)}"
-                _reasons.append(reason)
-                if _LOG_RECOMPILES:
-                    print(f"torchneuron recompile: {reason}")
-            self.signatures.add(signature)
-        else:
-            _stats["cache_hits"] += 1
+        true = None
+        if self.bucketing is not None:
+            true, sizes = self.bucketing.sizes(inputs)
+            arrays = [buckets.pad(a, shape, true, sizes) if hasattr(a, "shape") else a
+                      for a, shape in zip(arrays, self.input_shapes)]
+            for symbol, index in self.bucketing.symbols.items():
+                arrays[index] = sizes[symbol]  # the graph's shapes are the bucket's
         rng = None
         if self.random_nodes:
             seed, offset = neuron_random.next_seed_and_offset(device, None)
             rng = (np.uint64(seed), np.uint64(offset))
         self.array_mask = tuple(hasattr(a, "shape") for a in arrays)
-        outputs, mutated = self.jitted([a for a in arrays if hasattr(a, "shape")],
-                                       tuple(a for a in arrays if not hasattr(a, "shape")), rng)
+        statics = tuple(a for a in arrays if not hasattr(a, "shape"))
+        true_sizes = None if true is None else np.array(list(true.values()), np.int64)
+        compiles = _stats["compiles"]
+        outputs, mutated = self.jitted([a for a in arrays if hasattr(a, "shape")], statics, rng, true_sizes)
+        if _stats["compiles"] != compiles:
+            self._note_compile(arrays)
+        else:
+            _stats["cache_hits"] += 1
         for index, new in zip(self.mutated_inputs, mutated):
             target = inputs[index]
-            transfer.copy_(target, transfer.from_value(new, target.device))
-        return [transfer.from_value(o, device) if hasattr(o, "shape") else o for o in outputs]
+            if target.device.type != "neuron":  # a host input, e.g. the optimizer's step counts
+                target.copy_(_from_array(new, target.device, True))
+            else:
+                transfer.copy_(target, transfer.from_value(new, target.device))
+        if true is not None:
+            outputs = [buckets.unpad(o, shape, true) if hasattr(o, "shape") else o
+                       for o, shape in zip(outputs, self.output_shapes)]
+        return [_from_array(o, device, i in self.host_outputs) for i, o in enumerate(outputs)]
+
+    def _device(self, inputs):
+        for t in inputs:
+            if isinstance(t, torch.Tensor) and t.device.type == "neuron":
+                return t.device
+        return torch.device("neuron", torch.neuron.current_device())
+
+    def _note_compile(self, arrays):
+        signature = tuple((a.shape, a.dtype) if hasattr(a, "shape") else a for a in arrays)
+        if self.signatures:
+            reason = f"{self.name}: new input signature {_describe_change(self.signatures, signature)}"
+            _reasons.append(reason)
+            if _LOG_RECOMPILES:
+                print(f"torchneuron recompile: {reason}")
+        self.signatures.add(signature)
 
 
 def _to_array(x, device):
@@ -163,6 +238,15 @@ def _to_array(x, device):
             return jax.numpy.asarray(transfer.cpu_numpy(x))
         return transfer.value_of(x)
     return x
+
+
+def _from_array(value, device, host):
+    if not hasattr(value, "shape"):
+        return value
+    if host:
+        from ..runtime.dtypes import to_torch
+        return transfer.host_tensor(np.asarray(value), to_torch(value.dtype))
+    return transfer.from_value(value, device)
 
 
 def _meta_values(x):

@@ -1,0 +1,160 @@
+"""Compiled vs eager: ms per training step (forward, backward, AdamW) and per forward of the small GPT.
+
+    python benchmarks/compile.py
+
+The GPT of torchneuron.testing.models (2 layers, width 32, 4 heads, sequence 16, batch 4) on: neuron
+eager, neuron torch.compile (the whole step), PyTorch CPU eager, torch.compile with inductor on CPU
+(skipped if it cannot compile here), and the same model as a plain JAX function under jax.jit (the
+ceiling). Also each first call (compile) time, and ratios to the jax.jit time.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import torch
+import torch._dynamo
+
+import torchneuron  # noqa: F401
+from torchneuron.testing.models import GPT, batches
+
+LR = 1e-3
+
+
+def timed(fn, sync, repeat=10, rounds=3):
+    """(first call seconds, median ms per call after warm-up)."""
+    start = time.perf_counter()
+    fn()
+    sync()
+    first = time.perf_counter() - start
+    for _ in range(3):
+        fn()
+    sync()
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(repeat):
+            fn()
+        sync()
+        times.append((time.perf_counter() - start) / repeat * 1e3)
+    return first, statistics.median(times)
+
+
+def torch_case(device, compile_backend=None):
+    torch.manual_seed(0)
+    model = GPT().to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=LR)
+    x, y = (t.to(device) for t in next(iter(batches("gpt", 1, batch=4))))
+
+    def step():
+        loss = model(x, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    def forward():
+        with torch.no_grad():
+            return model(x)
+
+    if compile_backend:
+        step, forward = torch.compile(step, backend=compile_backend), torch.compile(forward, backend=compile_backend)
+    sync = torch.neuron.synchronize if device == "neuron" else (lambda: None)
+    return timed(step, sync), timed(forward, sync)
+
+
+def jax_case():
+    model = GPT()
+    params = {k: jnp.asarray(v.detach().numpy()) for k, v in model.named_parameters()}
+    x, y = (jnp.asarray(t.numpy()) for t in next(iter(batches("gpt", 1, batch=4))))
+
+    def layer_norm(h, p):
+        mean = h.mean(-1, keepdims=True)
+        var = ((h - mean) ** 2).mean(-1, keepdims=True)
+        return (h - mean) / jnp.sqrt(var + 1e-5) * p["weight"] + p["bias"]
+
+    def linear(h, p):
+        return h @ p["weight"].T + p["bias"]
+
+    def sub(p, prefix):
+        return {k[len(prefix) + 1:]: v for k, v in p.items() if k.startswith(prefix + ".")}
+
+    def forward(p, idx):
+        b, t = idx.shape
+        h = p["tokens.weight"][idx] + p["positions.weight"][jnp.arange(t)]
+        causal = jnp.tril(jnp.ones((t, t), bool))
+        for i in range(2):
+            blk = sub(p, f"blocks.{i}")
+            q, k, v = jnp.split(linear(layer_norm(h, sub(blk, "ln1")), sub(blk, "qkv")), 3, axis=-1)
+            q, k, v = (z.reshape(b, t, 4, 8).transpose(0, 2, 1, 3) for z in (q, k, v))
+            scores = jnp.where(causal, q @ k.transpose(0, 1, 3, 2) / math.sqrt(8), -jnp.inf)
+            att = jax.nn.softmax(scores, -1) @ v
+            h = h + linear(att.transpose(0, 2, 1, 3).reshape(b, t, 32), sub(blk, "proj"))
+            mlp = sub(blk, "mlp")
+            hidden = jax.nn.gelu(linear(layer_norm(h, sub(blk, "ln2")), sub(mlp, "0")), approximate=True)
+            h = h + linear(hidden, sub(mlp, "2"))
+        return layer_norm(h, sub(p, "ln")) @ p["tokens.weight"].T
+
+    def loss_fn(p, idx, targets):
+        logp = jax.nn.log_softmax(forward(p, idx), -1)
+        return -jnp.take_along_axis(logp, targets[..., None], -1).mean()
+
+    @jax.jit
+    def train_step(p, m, v, count):
+        loss, grads = jax.value_and_grad(loss_fn)(p, x, y)
+        count = count + 1
+        m = jax.tree.map(lambda m, g: 0.9 * m + 0.1 * g, m, grads)
+        v = jax.tree.map(lambda v, g: 0.999 * v + 0.001 * g * g, v, grads)
+        def update(w, m, v):
+            w = w * (1 - LR * 0.01)
+            return w - LR * (m / (1 - 0.9 ** count)) / (jnp.sqrt(v / (1 - 0.999 ** count)) + 1e-8)
+        return jax.tree.map(update, p, m, v), m, v, count, loss
+
+    state = [params, jax.tree.map(jnp.zeros_like, params), jax.tree.map(jnp.zeros_like, params), jnp.zeros(())]
+
+    def step():
+        *state[:4], loss = train_step(*state)
+        return loss
+
+    infer = jax.jit(forward)
+    result = {}
+
+    def sync():
+        jax.block_until_ready(state)
+        jax.block_until_ready(result)
+
+    def fwd():
+        result["out"] = infer(state[0], x)
+
+    return timed(step, sync), timed(fwd, sync)
+
+
+def main():
+    cases = {"jax.jit": jax_case,
+             "neuron compiled": lambda: torch_case("neuron", "neuron"),
+             "cpu eager": lambda: torch_case("cpu"),
+             "cpu inductor": lambda: torch_case("cpu", "inductor"),
+             "neuron eager": lambda: torch_case("neuron")}
+    results = {}
+    for name, run in cases.items():
+        torch._dynamo.reset()
+        try:
+            results[name] = run()
+            print(f"{name}: step {results[name][0][1]:.3f} ms, forward {results[name][1][1]:.3f} ms", flush=True)
+        except (torch._dynamo.exc.BackendCompilerFailed, RuntimeError, OSError) as e:  # inductor: C++
+            print(f"{name}: skipped ({type(e).__name__}: {str(e).splitlines()[0][:100]})")
+    ceiling = results["jax.jit"]
+    print(f"{'':16} {'step ms':>9} {'x jax':>7} {'1st step s':>10} {'fwd ms':>8} {'x jax':>7} {'1st fwd s':>9}")
+    for name, ((s_first, s_ms), (f_first, f_ms)) in results.items():
+        print(f"{name:16} {s_ms:9.3f} {s_ms / ceiling[0][1]:7.2f} {s_first:10.2f} {f_ms:8.3f} "
+              f"{f_ms / ceiling[1][1]:7.2f} {f_first:9.2f}")
+    if "neuron eager" in results and "neuron compiled" in results:
+        eager, comp = results["neuron eager"], results["neuron compiled"]
+        print(f"neuron eager / compiled: step {eager[0][1] / comp[0][1]:.1f}x, forward {eager[1][1] / comp[1][1]:.1f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""Lowerings: the functional "scatter" forms of views (slice_scatter, select_scatter, ...).
+
+Functionalized graphs (torch.compile, AOTAutograd) write into a view of a tensor as
+`x_new = slice_scatter(x, src, ...)`: a copy of `x` whose viewed region holds `src`.
+"""
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jax import lax
+
+from . import aten, lowers, reductions
+
+
+@lowers(aten.slice_scatter.default)
+def slice_scatter(self, src, dim=0, start=None, end=None, step=1):
+    # Python slices clamp and wrap start/end exactly as aten.slice does.
+    index = (slice(None),) * (dim % self.ndim) + (slice(start, end, step),)
+    return self.at[index].set(src.astype(self.dtype))
+
+
+@lowers(aten.select_scatter.default)
+def select_scatter(self, src, dim, index):
+    return self.at[(slice(None),) * (dim % self.ndim) + (index,)].set(src.astype(self.dtype))
+
+
+@lowers(aten.diagonal_scatter.default)
+def diagonal_scatter(self, src, offset=0, dim1=0, dim2=1):
+    dims = (dim1 % self.ndim, dim2 % self.ndim)
+    moved = jnp.moveaxis(self, dims, (-2, -1))
+    n = src.shape[-1]  # the diagonal's length; aten.diagonal puts it last
+    rows = jnp.arange(n) + max(-offset, 0)
+    cols = jnp.arange(n) + max(offset, 0)
+    moved = moved.at[..., rows, cols].set(src.astype(self.dtype))
+    return jnp.moveaxis(moved, (-2, -1), dims)
+
+
+@lowers(aten.as_strided_scatter.default)
+def as_strided_scatter(self, src, size, stride, storage_offset=None):
+    # As aten.as_strided in a graph: the storage is the value itself, laid out contiguously.
+    idx = jnp.full(tuple(size), storage_offset or 0, jnp.int64)
+    for d, s in enumerate(stride):
+        idx = idx + lax.broadcasted_iota(jnp.int64, tuple(size), d) * s
+    flat = self.reshape(-1).at[idx.reshape(-1)].set(src.astype(self.dtype).reshape(-1))
+    return flat.reshape(self.shape)
+
+
+@lowers(aten.sort.default)
+def sort(self, dim=-1, descending=False):
+    # The overload without `stable` (torch.sort in graphs): a stable sort is one valid order.
+    return reductions.sort(self, stable=True, dim=dim, descending=descending)
+
+
+@lowers(aten.histc.default)
+def histc(self, bins=100, min=0, max=0):  # the schema's names shadow builtins
+    dtype = self.dtype if jnp.issubdtype(self.dtype, jnp.floating) else jnp.float64
+    x = self.reshape(-1).astype(dtype)
+    lo, hi = jnp.asarray(min, dtype), jnp.asarray(max, dtype)
+    # min == max means "the data's range"; a still-empty range widens by one on each side.
+    same = lo == hi
+    lo, hi = jnp.where(same, jnp.min(x, initial=jnp.inf), lo), jnp.where(same, jnp.max(x, initial=-jnp.inf), hi)
+    same = lo == hi
+    lo, hi = jnp.where(same, lo - 1, lo), jnp.where(same, hi + 1, hi)
+    index = jnp.floor((x - lo) * bins / (hi - lo)).astype(jnp.int64)
+    index = jnp.where(x == hi, bins - 1, index)
+    inside = (x >= lo) & (x <= hi)
+    counts = jnp.zeros(bins, dtype).at[jnp.where(inside, index, bins)].add(1, mode="drop")
+    return counts.astype(self.dtype)
+
+
+@lowers(aten._grouped_mm.default)
+def grouped_mm(self, mat2, offs=None, bias=None, out_dtype=None):
+    """Matrix products over groups: `offs` (int32 cumulative ends) splits the 2-D operand's rows
+    (2-D x 3-D), its columns (3-D x 2-D) or the shared inner dimension (2-D x 2-D)."""
+    dtype = jnp.promote_types(self.dtype, jnp.float32)
+    a, b = self.astype(dtype), mat2.astype(dtype)
+    if a.ndim == 3 and b.ndim == 3:
+        out = jnp.matmul(a, b)
+    elif a.ndim == 2 and b.ndim == 3:
+        out = jnp.einsum("mk,gkn,gm->mn", a, b, _groups(offs, a.shape[0]))
+    elif a.ndim == 3:
+        out = jnp.einsum("gmk,kn,gn->mn", a, b, _groups(offs, b.shape[1]))
+    else:
+        out = jnp.einsum("mk,kn,gk->gmn", a, b, _groups(offs, a.shape[1]))
+    if bias is not None:
+        out = out + bias.astype(dtype)
+    return out
+
+
+def _groups(offs, n):
+    """One-hot (groups, n): which group each of n positions belongs to; positions past the last
+    offset belong to none (their results are zero)."""
+    position = jnp.arange(n)
+    starts = jnp.concatenate([jnp.zeros(1, offs.dtype), offs[:-1]])
+    return ((position[None, :] >= starts[:, None]) & (position[None, :] < offs[:, None])).astype(jnp.float32)
