@@ -393,20 +393,3 @@ def topk(self, k, dim=-1, largest=True, sorted=True):
     axis = _axis(self, dim)
     index = lax.slice_in_dim(_stable_order(self, axis, largest), 0, k, axis=axis)
     return jnp.take_along_axis(self, index, axis), index
-
-
-@lowers(aten.histc.default)
-def histc(self, bins=100, min=0, max=0):
-    # As on CUDA, integer inputs are counted too (CPU's kernel refuses them); bounds of 0, 0 mean
-    # the data's own range, and values outside [min, max] are ignored.
-    x = self.reshape(-1).astype(jnp.float64)
-    lo, hi = jnp.asarray(min, jnp.float64), jnp.asarray(max, jnp.float64)
-    use_data = (lo == hi) & (x.size > 0)
-    lo = jnp.where(use_data, x.min() if x.size else 0.0, lo)
-    hi = jnp.where(use_data, x.max() if x.size else 0.0, hi)
-    lo, hi = jnp.where(lo == hi, lo - 1, lo), jnp.where(lo == hi, hi + 1, hi)
-    index = jnp.floor((x - lo) * bins / (hi - lo)).astype(jnp.int64)
-    index = jnp.where(x == hi, bins - 1, index)
-    inside = (x >= lo) & (x <= hi)
-    counts = jnp.zeros(bins, jnp.float64).at[jnp.where(inside, index, bins)].add(1.0, mode="drop")
-    return counts.astype(self.dtype)
