@@ -423,6 +423,7 @@ class Plan:
         if rng is not None:
             flat += [np.uint64(rng[0]), np.uint64(rng[1])]
         new_buffers, fresh = self.jitted(*flat)
+        storages.recent.append(fresh or new_buffers)
         handles = desc.handles
         table = storages.buffers
         for ti, buf in zip(self.written_tensor, new_buffers):

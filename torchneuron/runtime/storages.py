@@ -8,6 +8,7 @@ points (before a buffer is bound, on synchronize and on memory queries).
 """
 from __future__ import annotations
 
+import collections
 import threading
 
 import jax
@@ -18,6 +19,8 @@ from . import devices
 from .core import EVENT_FREE, EVENT_GROW, StorageEvent, lib, pending, urgent
 
 buffers: dict[int, jax.Array] = {}
+# The latest results, kept so that synchronize() also waits for work whose tensors already died.
+recent: collections.deque = collections.deque(maxlen=32)
 _drain_lock = threading.Lock()
 _EVENTS = (StorageEvent * 256)()
 

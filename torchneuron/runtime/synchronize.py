@@ -1,6 +1,8 @@
 """Waiting for device work, and the safe points where queued frees are applied."""
 from __future__ import annotations
 
+import jax
+
 from . import devices, storages
 from .core import SyncCallback, lib
 
@@ -16,6 +18,7 @@ def synchronize(device: int | None = None) -> None:
     for buf in list(storages.buffers.values()):
         if wanted is None or wanted in buf.devices():
             buf.block_until_ready()
+    jax.block_until_ready(list(storages.recent))  # results whose tensors already died
 
 
 def _on_sync(device: int) -> None:
