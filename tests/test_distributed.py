@@ -16,7 +16,7 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 import torchneuron.distributed as tnd
-from torchneuron.testing.models import MLP, batches
+from torchneuron.testing.models import MODELS, batches, loss_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT = datetime.timedelta(seconds=60)
@@ -167,53 +167,55 @@ def test_collectives_match_gloo():
 
 
 # --------------------------------------------------------------------------- data parallel
-def _full_batch_reference(steps: int, lr: float) -> list[torch.Tensor]:
+def _full_batch_reference(kind: str, steps: int, lr: float) -> list[torch.Tensor]:
     torch.manual_seed(0)
-    model = MLP()
+    model = MODELS[kind]()
     opt = torch.optim.SGD(model.parameters(), lr=lr)
-    for x, y in batches("mlp", steps):
+    for x, y in batches(kind, steps):
         opt.zero_grad()
-        F.cross_entropy(model(x), y).backward()
+        loss_of(kind, model, x, y).backward()
         opt.step()
     return [p.detach() for p in model.parameters()]
 
 
-def _train_sharded(model, rank: int, world: int, device, steps: int, lr: float) -> None:
+def _train_sharded(kind: str, model, rank: int, world: int, device, steps: int, lr: float) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=lr)
-    for x, y in batches("mlp", steps):
+    for x, y in batches(kind, steps):
         x, y = x.chunk(world)[rank].to(device), y.chunk(world)[rank].to(device)
         opt.zero_grad()
-        F.cross_entropy(model(x), y).backward()
+        loss_of(kind, model, x, y).backward()
         opt.step()
 
 
-def _ddp_worker(rank: int, device) -> None:
+def _ddp_worker(rank: int, device, kind: str) -> None:
     from torch.nn.parallel import DistributedDataParallel as DDP
     torch.manual_seed(0)
-    model = DDP(MLP().to(device))
-    _train_sharded(model, rank, dist.get_world_size(), device, 3, 0.1)
-    _close([p.detach().cpu() for p in model.module.parameters()], _full_batch_reference(3, 0.1))
+    model = DDP(MODELS[kind]().to(device))
+    _train_sharded(kind, model, rank, dist.get_world_size(), device, 3, 0.1)
+    _close([p.detach().cpu() for p in model.module.parameters()], _full_batch_reference(kind, 3, 0.1))
 
 
-def test_ddp_matches_full_batch():
-    spawn(_ddp_worker)
+@pytest.mark.parametrize("kind", ["mlp", "gpt"])
+def test_ddp_matches_full_batch(kind):
+    spawn(_ddp_worker, kind)
 
 
-def _fsdp_worker(rank: int, device) -> None:
+def _fsdp_worker(rank: int, device, kind: str) -> None:
     from torch.distributed.fsdp import fully_shard
     torch.manual_seed(0)
-    model = MLP().to(device)
-    for layer in model.net:
-        if isinstance(layer, torch.nn.Linear):
+    model = MODELS[kind]().to(device)
+    for layer in model.modules():
+        if (kind == "mlp" and isinstance(layer, torch.nn.Linear)) or type(layer).__name__ == "Block":
             fully_shard(layer)
     fully_shard(model)
-    _train_sharded(model, rank, dist.get_world_size(), device, 3, 0.1)
+    _train_sharded(kind, model, rank, dist.get_world_size(), device, 3, 0.1)
     full = [p.full_tensor().detach().cpu() for p in model.parameters()]
-    _close(full, _full_batch_reference(3, 0.1))
+    _close(full, _full_batch_reference(kind, 3, 0.1))
 
 
-def test_fsdp2_matches_full_batch():
-    spawn(_fsdp_worker)
+@pytest.mark.parametrize("kind", ["mlp", "gpt"])
+def test_fsdp2_matches_full_batch(kind):
+    spawn(_fsdp_worker, kind)
 
 
 # ------------------------------------------------------------------- model parallel
