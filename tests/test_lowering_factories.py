@@ -2,19 +2,10 @@ import pytest
 import torch
 from reference import assert_same, check
 
-import torchneuron
-
 D = "neuron"
 
 
-@pytest.fixture(autouse=True)
-def no_fallback():
-    saved = torchneuron.config.FALLBACK
-    torchneuron.config.FALLBACK = "error"
-    before = torchneuron.fallback_stats()
-    yield
-    torchneuron.config.FALLBACK = saved
-    assert torchneuron.fallback_stats() == before
+pytestmark = pytest.mark.usefixtures("no_fallback")
 
 
 def same_factory(fn):

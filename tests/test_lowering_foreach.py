@@ -2,17 +2,7 @@ import pytest
 import torch
 from reference import assert_same, to_neuron
 
-import torchneuron
-
-
-@pytest.fixture(autouse=True)
-def no_fallback():
-    saved = torchneuron.config.FALLBACK
-    torchneuron.config.FALLBACK = "error"
-    before = torchneuron.fallback_stats()
-    yield
-    torchneuron.config.FALLBACK = saved
-    assert torchneuron.fallback_stats() == before
+pytestmark = pytest.mark.usefixtures("no_fallback")
 
 
 def tensors(dtype=torch.float32, positive=False):

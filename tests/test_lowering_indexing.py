@@ -2,17 +2,7 @@ import pytest
 import torch
 from reference import check
 
-import torchneuron
-
-
-@pytest.fixture(autouse=True)
-def no_fallback():
-    saved = torchneuron.config.FALLBACK
-    torchneuron.config.FALLBACK = "error"
-    before = torchneuron.fallback_stats()
-    yield
-    torchneuron.config.FALLBACK = saved
-    assert torchneuron.fallback_stats() == before
+pytestmark = pytest.mark.usefixtures("no_fallback")
 
 
 DTYPES = [torch.float32, torch.float64, torch.int64, torch.bool, torch.bfloat16]

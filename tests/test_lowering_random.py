@@ -1,20 +1,11 @@
 import pytest
 import torch
 
-import torchneuron
-
 D = "neuron"
 N = 100_000
 
 
-@pytest.fixture(autouse=True)
-def no_fallback():
-    saved = torchneuron.config.FALLBACK
-    torchneuron.config.FALLBACK = "error"
-    before = torchneuron.fallback_stats()
-    yield
-    torchneuron.config.FALLBACK = saved
-    assert torchneuron.fallback_stats() == before
+pytestmark = pytest.mark.usefixtures("no_fallback")
 
 
 SAMPLERS = {
