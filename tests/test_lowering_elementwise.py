@@ -618,3 +618,10 @@ def test_factory_out_overloads_run_on_neuron():
     out = torch.empty(0, device="neuron")
     torch.testing.assert_close(torch.arange(1, 7, 2, out=out).cpu(), torch.arange(1.0, 7, 2))
     torch.testing.assert_close(torch.linspace(0, 1, 5, out=out).cpu(), torch.linspace(0, 1, 5))
+
+
+def test_inplace_overloads_named_unlike_their_functional():
+    """floor_divide_.Tensor computes floor_divide.default, pow_.Tensor computes pow.Tensor_Tensor."""
+    a, b = torch.randn(6) * 4, torch.rand(6) + 0.5
+    check(lambda a, b: a.clone().floor_divide_(b), a, b)
+    check(lambda a, b: a.clone().pow_(b), a.abs() + 0.1, b)

@@ -120,3 +120,12 @@ def test_optimizer_matches_cpu(name):
     actual = _train(OPTIMIZERS[name], "neuron")
     for e, a in zip(expected, actual):
         torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["_foreach_addcmul", "_foreach_addcdiv"])
+def test_tensor_of_scalars_overloads(name):
+    """Adam-style calls pass the per-list values as a 1-D CPU tensor."""
+    xs, t1, t2 = tensors(), tensors(), tensors(positive=True)
+    scalars = torch.linspace(-1.5, 2.0, len(xs))
+    same(lambda a, b, c: getattr(torch, name)(a, b, c, scalars), xs, t1, t2)
+    same(lambda a, b, c: getattr(torch, name + "_")(a, b, c, scalars), xs, t1, t2)

@@ -30,9 +30,10 @@ _lock = threading.RLock()
 
 
 class CallDescription:
-    """The tensors and traced scalars of one call, and its cache key."""
+    """The tensors and traced scalars of one call, its cache key, and the buffers it reads:
+    one per distinct storage, in order of first use (a storage without a handle is its own)."""
 
-    __slots__ = ("device", "handles", "key", "scalars", "tensors")
+    __slots__ = ("buffers", "device", "handles", "key", "scalars", "sharing", "tensors")
 
     def __init__(self):
         self.key = []
@@ -40,6 +41,8 @@ class CallDescription:
         self.scalars = []
         self.device = None
         self.handles = []
+        self.buffers = []
+        self.sharing = {}  # storage handle -> first tensor using it: aliasing, not addresses, keys a plan
 
 
 def _device_error(op, a: torch.device, b: torch.device) -> RuntimeError:
@@ -50,39 +53,45 @@ def _device_error(op, a: torch.device, b: torch.device) -> RuntimeError:
 
 def _add_tensor(desc: CallDescription, t: torch.Tensor, op) -> None:
     dev = t.device
-    if dev.type != "neuron":
-        if t.dim() == 0 and dev.type == "cpu":
-            # PyTorch lets 0-dim CPU tensors take part as scalars in device ops.
-            desc.key.append(("cpu", t.dtype))
-            desc.scalars.append(t.item())
-            return
+    if dev != desc.device:
+        if dev.type != "neuron":
+            if t.dim() == 0 and dev.type == "cpu":
+                # PyTorch lets 0-dim CPU tensors take part as scalars in device ops.
+                desc.key.append(("cpu", t.dtype))
+                desc.scalars.append(t.item())
+                return
+            if desc.device is not None:
+                raise _device_error(op, desc.device, dev)
+            raise _device_error(op, dev, torch.device("neuron", torch.neuron.current_device()))
         if desc.device is not None:
             raise _device_error(op, desc.device, dev)
-        raise _device_error(op, dev, torch.device("neuron", torch.neuron.current_device()))
-    if desc.device is None:
         desc.device = dev
-    elif desc.device != dev:
-        raise _device_error(op, desc.device, dev)
-    desc.tensors.append(t)
-    desc.key.append(None)
+    # This runs for every tensor of every op: one pass, no helper calls on the common path.
+    offset = t.storage_offset()
+    handle = t.data_ptr() - offset * t.element_size() if t.numel() else _storage_handle(t)
+    tensors = desc.tensors
+    i = len(tensors)
+    tensors.append(t)
+    desc.handles.append(handle)
+    first = desc.sharing.setdefault(handle, i) if handle else i
+    if first == i:
+        desc.buffers.append(storages.buffers.get(handle) if handle else None)
+    desc.key.append((t.shape, t.stride(), offset, t.dtype, first))
 
 
 def describe(schema: OpSchema, args, kwargs) -> CallDescription:
     desc = CallDescription()
-    key = desc.key
-    kinds = schema.kinds
-    for i, value in enumerate(args):
-        _describe_one(desc, kinds[i], value, schema.op)
-    for name, value in kwargs.items():
-        key.append(name)
-        _describe_one(desc, schema.kind_by_name[name], value, schema.op)
-    handles = desc.handles
-    sharing: dict[int, int] = {}  # storage handle -> first tensor using it: aliasing, not addresses, keys a plan
-    for i, t in enumerate(desc.tensors):
-        offset = t.storage_offset()
-        handle = t.data_ptr() - offset * t.element_size() if t.numel() else _storage_handle(t)
-        handles.append(handle)
-        key.append((t.shape, t.stride(), offset, t.dtype, sharing.setdefault(handle, i) if handle else i))
+    op = schema.op
+    for kind, value in zip(schema.kinds, args):
+        if kind is Kind.TENSOR and isinstance(value, torch.Tensor):
+            _add_tensor(desc, value, op)  # the common case, without the kind dispatch
+        else:
+            _describe_one(desc, kind, value, op)
+    if kwargs:
+        key = desc.key
+        for name, value in kwargs.items():
+            key.append(name)
+            _describe_one(desc, schema.kind_by_name[name], value, op)
     return desc
 
 
@@ -124,8 +133,10 @@ def _describe_one(desc, kind, value, op) -> None:
 profiling = None
 
 
-def plan_key(schema: OpSchema, desc: CallDescription, buffers) -> tuple:
-    key = tuple(desc.key) + tuple((b.dtype, b.shape[0]) for b in buffers)
+def plan_key(schema: OpSchema, desc: CallDescription) -> tuple:
+    """Layouts, dtypes, storage sharing and static arguments. Buffer dtypes and sizes are left
+    out: they change no plan decision, and the plan's jit retraces for new buffer types itself."""
+    key = tuple(desc.key)
     lowering = LOWERINGS.get(schema.functional)
     if lowering is not None and lowering.static_scalars:
         key += tuple(desc.scalars)  # the scalars shape the result: one plan per value
@@ -142,40 +153,39 @@ def run(schema: OpSchema, plans: dict, args, kwargs):
 def run_plain(schema: OpSchema, plans: dict, args, kwargs):
     storages.maybe_drain()
     desc = describe(schema, args, kwargs)
-    buffers = _buffers(desc)
-    key = plan_key(schema, desc, buffers)
+    key = plan_key(schema, desc)
     plan = plans.get(key)
     if plan is None:
         with _lock:
-            plan = Plan(schema, args, kwargs, desc, buffers)
+            plan = Plan(schema, args, kwargs, desc, _buffers(desc))
         if plan.resize:
             # out= arguments of the wrong size: resize them as PyTorch does, then run again.
             plan.apply_resizes(args, kwargs)
             return run_plain(schema, plans, args, kwargs)
         plans[key] = plan
-    return plan(args, kwargs, desc, buffers)
+    return plan(args, kwargs, desc)
 
 
 def _buffers(desc: CallDescription) -> list:
-    """One buffer per distinct storage among the call's tensors, in order of first use."""
-    seen: dict[int, int] = {}
-    out = []
-    for t, handle in zip(desc.tensors, desc.handles):
-        if handle in seen and handle != 0:
-            continue
-        seen[handle] = len(out)
-        out.append(_buffer_for(t, handle))
-    return out
+    """The call's buffers, with storages never written materialised as zeros."""
+    buffers = desc.buffers
+    if None in buffers:
+        firsts = [i for i, h in enumerate(desc.handles) if not h or desc.sharing[h] == i]
+        for k, i in enumerate(firsts):
+            if buffers[k] is None:
+                buffers[k] = _buffer_for(desc.tensors[i], desc.handles[i])
+    return buffers
 
 
 def _buffer_for(t: torch.Tensor, handle: int):
     buf = storages.buffers.get(handle)
-    if buf is None:  # never written: materialise as zeros
-        dtype = to_jax(t.dtype)
-        buf = storages.fit(None, dtype, t.untyped_storage().nbytes() // jnp.dtype(dtype).itemsize,
-                           t.device.index)
-        if handle:
-            storages.buffers[handle] = buf
+    if buf is not None:
+        return buf
+    dtype = to_jax(t.dtype)  # never written: materialise as zeros
+    buf = storages.fit(None, dtype, t.untyped_storage().nbytes() // jnp.dtype(dtype).itemsize,
+                       t.device.index)
+    if handle:
+        storages.buffers[handle] = buf
     return buf
 
 
@@ -249,6 +259,11 @@ class Plan:
         self.written_tensor = [self.groups.index(g) for g in self.written_groups]
         # Flat positional arguments: JAX dispatches them several microseconds faster than pytrees.
         n_written = len(self.written_groups)
+        self.n_written = n_written
+        self.arg_groups = self.written_groups + self.read_groups
+        # The common call returns one fresh tensor: hand it back without assembling returns.
+        self.single_fresh = (len(schema.return_aliases) == 1 and schema.return_aliases[0] is None
+                             and [path for path, _, _ in self.fresh] == [(0,)])
         self.jitted = None if self.data_dependent else jax.jit(
             self._body, donate_argnums=tuple(range(n_written)))
 
@@ -410,26 +425,34 @@ class Plan:
             new[g] = write(buf, self.layouts[ti], _at(results, path))
         fresh = [flatten(jnp.broadcast_to(_at(results, path), lay.shape).astype(to_jax(dt)), lay)
                  for path, lay, dt in self.fresh]
-        return [new[g] for g in self.written_groups], fresh
+        return (*[new[g] for g in self.written_groups], *fresh)  # flat: the fastest jit outputs
 
-    def __call__(self, args, kwargs, desc: CallDescription, buffers):
+    def __call__(self, args, kwargs, desc: CallDescription):
+        buffers = _buffers(desc)
         rng = _next_rng(self.device, args, kwargs, self.schema) if self.lowering.random else None
         if self.jitted is None:
             return self._run_data_dependent(args, kwargs, desc, buffers, rng)
-        flat = [buffers[g] for g in self.written_groups]
-        flat += [buffers[g] for g in self.read_groups]
+        flat = [buffers[g] for g in self.arg_groups]
         if desc.scalars:
             flat += [_SCALAR_TYPES.get(type(v), np.asarray)(v) for v in desc.scalars]
         if rng is not None:
             flat += [np.uint64(rng[0]), np.uint64(rng[1])]
-        new_buffers, fresh = self.jitted(*flat)
-        storages.recent.append(fresh or new_buffers)
-        handles = desc.handles
-        table = storages.buffers
-        for ti, buf in zip(self.written_tensor, new_buffers):
-            if handles[ti]:
-                table[handles[ti]] = buf
-        return self._results(args, kwargs, fresh)
+        outputs = self.jitted(*flat)
+        storages.recent.append(outputs)
+        n_written = self.n_written
+        if n_written:
+            handles = desc.handles
+            table = storages.buffers
+            for ti, buf in zip(self.written_tensor, outputs[:n_written]):
+                if handles[ti]:
+                    table[handles[ti]] = buf
+        if self.single_fresh:
+            _, lay, dt = self.fresh[0]
+            t = torch.empty_strided(lay.shape, lay.stride, dtype=dt, device=self.device)
+            if t.numel():
+                storages.buffers[t.data_ptr()] = outputs[n_written]
+            return t
+        return self._results(args, kwargs, outputs[n_written:])
 
     def _results(self, args, kwargs, fresh_buffers):
         device = self.device

@@ -74,12 +74,32 @@ def _should_register(op) -> bool:
 
 REGISTERED: list = []
 
+# Overloads that take per-list values as a CPU tensor run as their ScalarList overloads, which
+# the table lowers: PyTorch's own kernels read such a tensor on the host too.
+HOST_SCALAR_LISTS = {
+    aten._foreach_addcmul.Tensor: aten._foreach_addcmul.ScalarList,
+    aten._foreach_addcmul_.Tensor: aten._foreach_addcmul_.ScalarList,
+    aten._foreach_addcdiv.Tensor: aten._foreach_addcdiv.ScalarList,
+    aten._foreach_addcdiv_.Tensor: aten._foreach_addcdiv_.ScalarList,
+}
+
+
+def _as_scalar_list(target):
+    def kernel(self, tensor1, tensor2, scalars):
+        if scalars.device.type != "cpu" or scalars.dim() != 1:
+            raise RuntimeError(f"{target}: scalars must be a 1-D CPU tensor, got {scalars.dim()}-D "
+                               f"on {scalars.device}")
+        return target(self, tensor1, tensor2, scalars.tolist())
+    return kernel
+
 
 def register_all() -> None:
     # Copies and .item() first: they cross the host/device boundary, not the driver.
     _lib.impl(aten.copy_.default, transfer.copy_, "PrivateUse1")
     _lib.impl(aten._copy_from.default, transfer.copy_from, "PrivateUse1")
     _lib.impl(aten._local_scalar_dense.default, transfer.local_scalar_dense, "PrivateUse1")
+    for op, target in HOST_SCALAR_LISTS.items():
+        _lib.impl(op, _as_scalar_list(target), "PrivateUse1")
     for functional, lowering in list(LOWERINGS.items()):
         if lowering.graph_only:
             continue

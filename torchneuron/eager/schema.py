@@ -85,6 +85,20 @@ def inplace_packets(functional_name: str) -> list[str]:
     return [k.split(".")[0] for k, v in EXPLICIT_FUNCTIONAL.items() if v.split(".")[0] == functional_name]
 
 
+def _same_signature(op, packet) -> torch._ops.OpOverload | None:
+    """The overload of `packet` taking what in-place `op` takes, when their overload names differ
+    (floor_divide_.Tensor -> floor_divide.default, pow_.Tensor -> pow.Tensor_Tensor)."""
+    want = [(n, t.replace("Tensor(a!)", "Tensor")) for n, t in _signature(op._schema, set())]
+    if want[0][1] != "Tensor":
+        return None  # list ops such as mul_.t
+    for overload in packet.overloads():
+        candidate = getattr(packet, overload)
+        returns_view = any(r.alias_info is not None for r in candidate._schema.returns)
+        if not returns_view and _signature(candidate._schema, set()) == want:
+            return candidate
+    return None
+
+
 def functional_variant(op, written, out_args) -> torch._ops.OpOverload | None:
     """add_.Tensor -> add.Tensor; add.out -> add.Tensor; _native_batch_norm_legit ->
     _native_batch_norm_legit_functional; a functional op -> itself."""
@@ -108,9 +122,11 @@ def functional_variant(op, written, out_args) -> torch._ops.OpOverload | None:
     if name.endswith("_") and written == [0]:
         packet = getattr(aten, name[:-1], None)
         overload = op._overloadname
-        if packet is not None and overload in packet.overloads():
+        if packet is None:
+            return None
+        if overload in packet.overloads():
             return getattr(packet, overload)
-        return None
+        return _same_signature(op, packet)
     packet = getattr(aten, name + "_functional", None)
     if packet is not None and op._overloadname in packet.overloads():
         return getattr(packet, op._overloadname)

@@ -26,7 +26,7 @@ def install() -> None:
 def profiled_run(schema, plans, args, kwargs):
     from ..eager import driver
     desc = driver.describe(schema, args, kwargs)
-    new = driver.plan_key(schema, desc, driver._buffers(desc)) not in plans
+    new = driver.plan_key(schema, desc) not in plans
     name = f"{COMPILE if new else PREFIX}{schema.op}"
     with torch.profiler.record_function(name):
         out = driver.run_plain(schema, plans, args, kwargs)

@@ -18,7 +18,8 @@ def synchronize(device: int | None = None) -> None:
     for buf in list(storages.buffers.values()):
         if wanted is None or wanted in buf.devices():
             buf.block_until_ready()
-    jax.block_until_ready(list(storages.recent))  # results whose tensors already died
+    # Results whose tensors already died; a later in-place op may have donated some of them.
+    jax.block_until_ready([a for outputs in list(storages.recent) for a in outputs if not a.is_deleted()])
 
 
 def _on_sync(device: int) -> None:
