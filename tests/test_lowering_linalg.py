@@ -70,3 +70,12 @@ def test_half_accumulates_in_float32(dtype):
 def test_empty():
     check(torch.mm, torch.randn(0, 3), torch.randn(3, 4))
     check(torch.mm, torch.randn(2, 0), torch.randn(0, 4))
+
+
+def test_grouped_mm_float32_like_cpu():
+    """CPU takes float32 grouped matmuls (MoE layers in transformers); PyTorch's meta kernel
+    checks CUDA's bfloat16-only rule, which neuron does not inherit."""
+    a, b = torch.randn(6, 8), torch.randn(3, 8, 8)
+    offs = torch.tensor([2, 2, 6], dtype=torch.int32)
+    check(lambda a, b, offs: torch._grouped_mm(a, b, offs=offs), a, b, offs, rtol=1e-5, atol=1e-5)
+    check(lambda a, b: torch._grouped_mm(a, b), b, b, rtol=1e-5, atol=1e-5)

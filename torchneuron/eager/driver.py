@@ -22,6 +22,7 @@ from ..runtime import devices, storages
 from ..runtime.dtypes import to_jax
 from . import overlap
 from .layout import Layout, flatten, read, write
+from .meta_overrides import META_OVERRIDES
 from .schema import Kind, OpSchema
 
 warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
@@ -306,7 +307,7 @@ class Plan:
 
     def _run_meta(self, margs, mkwargs):
         try:
-            return self.op(*margs, **mkwargs)
+            return META_OVERRIDES.get(self.op, self.op)(*margs, **mkwargs)
         except (NotImplementedError, torch._subclasses.fake_tensor.UnsupportedOperatorException):
             return None
 
