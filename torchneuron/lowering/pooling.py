@@ -189,7 +189,7 @@ def max_unpool3d(self, indices, output_size, stride, padding):
 
 # ---------------------------------------------------------------------------- average pooling
 def _avg_pool(x, spatial, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
-    sizes, k, s, p, d, out, starts = _geometry(x, spatial, kernel_size, stride, padding, (1,), ceil_mode)
+    sizes, k, _, p, d, out, starts = _geometry(x, spatial, kernel_size, stride, padding, (1,), ceil_mode)
     flat, valid = _table(sizes, starts, k, d)
     xu = _up(x)
     total = jnp.sum(jnp.where(valid, _read(xu, spatial, flat), 0), axis=-1)
