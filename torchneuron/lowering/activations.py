@@ -96,7 +96,7 @@ def rrelu_with_noise_backward(grad_output, self, noise, lower, upper, training, 
 # ------------------------------------------------------------------- margin losses
 def _multi_margin(x, target, p, margin, weight, reduction):
     xu = _up(x)
-    xs = xu if xu.ndim == 2 else xu[None]
+    xs = xu.reshape(-1, x.shape[-1] if x.ndim else 1)
     t = target.reshape(-1)
     picked = jnp.take_along_axis(xs, t[:, None], 1)
     z = jnp.maximum(margin - picked + xs, 0)

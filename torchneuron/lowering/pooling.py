@@ -39,7 +39,8 @@ def _table(sizes, starts, taps, step):
 
 def _read(x, spatial, flat):
     """x (..., *sizes) at `flat` (cells, taps) positions -> (..., cells, taps)."""
-    return x.reshape(x.shape[:x.ndim - spatial] + (-1,))[..., np.clip(flat, 0, None)]
+    lead, sizes = x.shape[:x.ndim - spatial], x.shape[x.ndim - spatial:]
+    return x.reshape(lead + (math.prod(sizes),))[..., np.clip(flat, 0, None)]
 
 
 def _pick_max(x, spatial, flat, valid, out):
@@ -54,9 +55,10 @@ def _pick_max(x, spatial, flat, valid, out):
 def _scatter_max_grad(grad_output, self, indices, spatial):
     lead = self.shape[:self.ndim - spatial]
     planes = math.prod(lead)
-    g = _up(grad_output).reshape(planes, -1)
+    cells = math.prod(grad_output.shape[grad_output.ndim - spatial:])
+    g = _up(grad_output).reshape(planes, cells)
     grad = jnp.zeros((planes, math.prod(self.shape[self.ndim - spatial:])), g.dtype)
-    grad = grad.at[jnp.arange(planes)[:, None], indices.reshape(planes, -1)].add(g)
+    grad = grad.at[jnp.arange(planes)[:, None], indices.reshape(planes, cells)].add(g)
     return grad.reshape(self.shape).astype(self.dtype)
 
 
@@ -144,7 +146,7 @@ def _fractional_max(x, kernel_size, output_size, samples):
         flat = (flat[..., :, None, :, None] * sizes[a] + pos[..., None, :, None, :])
         flat = flat.reshape(flat.shape[:-4] + (flat.shape[-4] * flat.shape[-3], -1))
     lead = x.shape[:x.ndim - spatial]
-    taps = jnp.take_along_axis(x.reshape(lead + (1, -1)), flat.reshape(lead + (1, -1)), -1)
+    taps = jnp.take_along_axis(x.reshape(lead + (1, math.prod(sizes))), flat.reshape(lead + (1, math.prod(flat.shape[-2:]))), -1)
     taps = taps.reshape(flat.shape)
     tap = jnp.argmax(jnp.where(jnp.isnan(taps), jnp.inf, taps), axis=-1)
     values = jnp.take_along_axis(taps, tap[..., None], -1)[..., 0]
@@ -172,8 +174,9 @@ def _unpool(x, indices, output_size):
     lead = x.shape[:x.ndim - spatial]
     planes = math.prod(lead)
     out = jnp.zeros((planes, math.prod(output_size)), x.dtype)
-    out = out.at[jnp.arange(planes)[:, None], indices.reshape(planes, -1)].set(x.reshape(planes, -1),
-                                                                              mode="drop")
+    cells = math.prod(x.shape[x.ndim - spatial:])
+    out = out.at[jnp.arange(planes)[:, None], indices.reshape(planes, cells)].set(x.reshape(planes, cells),
+                                                                                 mode="drop")
     return out.reshape(lead + tuple(output_size))
 
 
@@ -248,15 +251,18 @@ def adaptive_avg_pool3d_backward(grad_output, self):
 
 # ---------------------------------------------------------------------------- padding
 def _pad(x, padding, mode):
-    """padding lists (left, right) pairs from the last axis backwards; negative amounts crop."""
-    pairs = [(padding[2 * i], padding[2 * i + 1]) for i in range(len(padding) // 2)]
-    crop = [slice(None)] * x.ndim
-    widths = [(0, 0)] * x.ndim
-    for i, (lo, hi) in enumerate(pairs):
+    """padding lists (left, right) pairs from the last axis backwards; a negative amount crops.
+    Each output position reads the input position it reflects or clamps to."""
+    for i in range(len(padding) // 2):
         axis = x.ndim - 1 - i
-        crop[axis] = slice(max(-lo, 0), x.shape[axis] - max(-hi, 0))
-        widths[axis] = (max(lo, 0), max(hi, 0))
-    return jnp.pad(x[tuple(crop)], widths, mode=mode)
+        n, left, right = x.shape[axis], padding[2 * i], padding[2 * i + 1]
+        pos = np.arange(n + left + right) - left
+        if mode == "reflect":
+            pos = np.abs(pos)
+            pos = np.where(pos > n - 1, 2 * (n - 1) - pos, pos)
+        pos = np.clip(pos, 0, n - 1)
+        x = jnp.take(x, pos, axis=axis)
+    return x
 
 
 def _register_pad(name, mode):
@@ -272,7 +278,7 @@ def _register_pad(name, mode):
 
 for _n in (1, 2, 3):
     _register_pad(f"reflection_pad{_n}d", "reflect")
-    _register_pad(f"replication_pad{_n}d", "edge")
+    _register_pad(f"replication_pad{_n}d", "replicate")
 
 
 # ---------------------------------------------------------------------------- im2col / col2im
@@ -284,7 +290,7 @@ def _im2col(x, kernel_size, dilation, padding, stride):
     flat, valid = _table(sizes, starts, k, d)  # (L, kh*kw)
     cols = jnp.where(valid, _read(x, 2, flat), jnp.zeros((), x.dtype))  # (..., C, L, kh*kw)
     cols = jnp.swapaxes(cols, -1, -2)  # (..., C, kh*kw, L)
-    return cols.reshape(x.shape[:-3] + (-1, cols.shape[-1]))
+    return cols.reshape(x.shape[:-3] + (x.shape[-3] * math.prod(k), cols.shape[-1]))
 
 
 @lowers(aten.im2col.default)
