@@ -217,3 +217,20 @@ def nonzero(self):
 def masked_select(self, mask):
     shape = jnp.broadcast_shapes(self.shape, mask.shape)
     return jnp.broadcast_to(self, shape)[jnp.broadcast_to(mask, shape)]
+
+
+@lowers(aten.index_reduce.default)
+def index_reduce(self, dim, index, source, reduce, *, include_self=True):
+    """index_add's reducing cousin: prod, mean, amax or amin of the source slices sent to each index."""
+    x = _as_1d(self)
+    key = _dim_key(x.ndim, dim, _as_1d(index))
+    source = _as_1d(source).astype(self.dtype)
+    base = x if include_self else x.at[key].set(_identity(reduce, x.dtype), mode="drop")
+    op = {"prod": "multiply", "mean": "add", "amax": "max", "amin": "min"}[reduce]
+    out = getattr(base.at[key], op)(source, mode="drop")
+    if reduce == "mean":
+        count = jnp.full(x.shape, 1 if include_self else 0, x.dtype).at[key].add(
+            jnp.ones(source.shape, x.dtype), mode="drop")
+        count = jnp.maximum(count, 1)  # untouched positions keep their value
+        out = out / count if jnp.issubdtype(x.dtype, jnp.floating) else jnp.floor_divide(out, count)
+    return out.reshape(self.shape)

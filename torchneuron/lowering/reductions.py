@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
 import torch
 from jax import lax
@@ -393,3 +394,113 @@ def topk(self, k, dim=-1, largest=True, sorted=True):
     axis = _axis(self, dim)
     index = lax.slice_in_dim(_stable_order(self, axis, largest), 0, k, axis=axis)
     return jnp.take_along_axis(self, index, axis), index
+
+
+# ------------------------------------------------------------------ order statistics
+def _nan_count(x):
+    """NaNs along the last axis, kept as a size-1 axis."""
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        return jnp.zeros(x.shape[:-1] + (1,), INDEX)
+    return jnp.sum(jnp.isnan(x), -1, keepdims=True, dtype=INDEX)
+
+
+def _rank_along(x, dim, keepdim, rank):
+    """(values, indices) of the element of sorted rank `rank(n, nan_count)` along `dim`, in the
+    stable ascending order (NaN last, so ties keep the earlier index first)."""
+    if x.ndim == 0:
+        return x, jnp.zeros((), INDEX)
+    axis = _axis(x, dim)
+    order = jnp.moveaxis(_stable_order(x, axis, False), axis, -1)
+    k = rank(x.shape[axis], _nan_count(jnp.moveaxis(x, axis, -1)))
+    index = jnp.take_along_axis(order, k, -1)
+    values = jnp.take_along_axis(jnp.moveaxis(x, axis, -1), index, -1)
+    values, index = jnp.moveaxis(values, -1, axis), jnp.moveaxis(index, -1, axis)
+    if not keepdim:
+        values, index = jnp.squeeze(values, axis), jnp.squeeze(index, axis)
+    return values, index
+
+
+def _median_rank(n, nans):
+    return jnp.where(nans > 0, n - nans, (n - 1) // 2)  # any NaN: the first NaN
+
+
+def _nanmedian_rank(n, nans):
+    # An all-NaN row gives NaN; its index is the first NaN's (CPU's depends on its partial sort).
+    return jnp.maximum(n - nans - 1, 0) // 2
+
+
+@lowers(aten.median.default)
+def median(self):
+    return _rank_along(self.reshape(-1), 0, False, _median_rank)[0]
+
+
+@lowers(aten.median.dim)
+def median_dim(self, dim, keepdim=False):
+    return _rank_along(self, dim, keepdim, _median_rank)
+
+
+@lowers(aten.nanmedian.default)
+def nanmedian(self):
+    return _rank_along(self.reshape(-1), 0, False, _nanmedian_rank)[0]
+
+
+@lowers(aten.nanmedian.dim)
+def nanmedian_dim(self, dim, keepdim=False):
+    return _rank_along(self, dim, keepdim, _nanmedian_rank)
+
+
+@lowers(aten.kthvalue.default)
+def kthvalue(self, k, dim=-1, keepdim=False):
+    return _rank_along(self, dim, keepdim, lambda n, nans: jnp.full(nans.shape, k - 1, INDEX))
+
+
+@lowers(aten.mode.default)
+def mode(self, dim=-1, keepdim=False):
+    """The most frequent value (the smallest among equally frequent ones) and the index of its
+    last occurrence, as PyTorch's CPU kernel returns."""
+    if self.ndim == 0:
+        return self, jnp.zeros((), INDEX)
+    axis = _axis(self, dim)
+    x = jnp.moveaxis(self, axis, -1)
+    order = jnp.moveaxis(_stable_order(self, axis, False), axis, -1)
+    s = _sort_key(jnp.take_along_axis(x, order, -1))
+    same = (s[..., :, None] == s[..., None, :])
+    if jnp.issubdtype(s.dtype, jnp.floating):
+        same = same | (jnp.isnan(s[..., :, None]) & jnp.isnan(s[..., None, :]))
+    counts = jnp.sum(same, -1)
+    first = jnp.argmax(counts, -1, keepdims=True)  # the first position of the smallest winner
+    last = first + jnp.take_along_axis(counts, first, -1) - 1
+    index = jnp.take_along_axis(order, last, -1)
+    values = jnp.take_along_axis(x, index, -1)
+    values, index = jnp.moveaxis(values, -1, axis), jnp.moveaxis(index, -1, axis)
+    if not keepdim:
+        values, index = jnp.squeeze(values, axis), jnp.squeeze(index, axis)
+    return values, index
+
+
+# ------------------------------------------------------------------ binary search
+def _search(sequence, values, right, side, sorter, out_int32):
+    if side is not None:
+        right = side == "right"
+    if sorter is not None:
+        sequence = jnp.take_along_axis(sequence, sorter, -1)
+    dtype = jnp.promote_types(sequence.dtype, values.dtype)
+    sequence, values = sequence.astype(dtype), values.astype(dtype)
+    find = lambda seq, v: jnp.searchsorted(seq, v, side="right" if right else "left")
+    if sequence.ndim <= 1:
+        out = find(sequence, values)
+    else:  # one sorted row per leading index of the values
+        lead = sequence.shape[:-1]
+        out = jax.vmap(find)(sequence.reshape(-1, sequence.shape[-1]), values.reshape((-1,) + values.shape[-1:]))
+        out = out.reshape(lead + values.shape[-1:])
+    return out.astype(jnp.int32 if out_int32 else INDEX)
+
+
+@lowers(aten.bucketize.Tensor, aten.bucketize.Scalar)
+def bucketize(self, boundaries, *, out_int32=False, right=False):
+    return _search(boundaries, jnp.asarray(self), right, None, None, out_int32)
+
+
+@lowers(aten.searchsorted.Tensor, aten.searchsorted.Scalar)
+def searchsorted(sorted_sequence, self, *, out_int32=False, right=False, side=None, sorter=None):
+    return _search(sorted_sequence, jnp.asarray(self), right, side, sorter, out_int32)

@@ -1,0 +1,308 @@
+"""Lowerings: N-d pooling beyond nn.py's 2-d kernels, unpooling, reflection/replication padding,
+im2col/col2im.
+
+Windows are tables of flat input positions built with numpy at trace time: for each output cell
+the input positions its window covers, and whether each is inside the (unpadded) input. One
+gather reads all windows; max pools return PyTorch's flat indices into the spatial dims, and
+their backwards scatter-add the gradient at those indices. Other backwards are jax.vjp of the
+forward.
+"""
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import aten, lowers
+from .nn import _lowest, _pool_out_size, _up
+
+
+def _expand(v, n):
+    v = tuple(v) if isinstance(v, (list, tuple)) else (v,)
+    return v * n if len(v) == 1 else v
+
+
+def _table(sizes, starts, taps, step):
+    """Flat input positions (cells, taps) and validity of windows that start at `starts[k]` (per
+    axis, one per output index) and read `taps[k]` positions `step[k]` apart."""
+    flat = np.zeros((1, 1), np.int64)
+    valid = np.ones((1, 1), bool)
+    for n, start, t, d in zip(sizes, starts, taps, step):
+        pos = np.asarray(start)[:, None] + np.arange(t)[None, :] * d  # (out_k, t_k)
+        ok = (pos >= 0) & (pos < n)
+        flat = (flat[:, None, :, None] * n + pos[None, :, None, :]).reshape(flat.shape[0] * len(start), -1)
+        valid = (valid[:, None, :, None] & ok[None, :, None, :]).reshape(flat.shape)
+    return flat, valid
+
+
+def _read(x, spatial, flat):
+    """x (..., *sizes) at `flat` (cells, taps) positions -> (..., cells, taps)."""
+    lead, sizes = x.shape[:x.ndim - spatial], x.shape[x.ndim - spatial:]
+    return x.reshape(lead + (math.prod(sizes),))[..., np.clip(flat, 0, None)]
+
+
+def _pick_max(x, spatial, flat, valid, out):
+    taps = jnp.where(valid, _read(x, spatial, flat), _lowest(x.dtype))
+    tap = jnp.argmax(jnp.where(jnp.isnan(taps), jnp.inf, taps), axis=-1)  # NaN wins, else first max
+    values = jnp.take_along_axis(taps, tap[..., None], -1)[..., 0]
+    index = jnp.asarray(flat)[jnp.arange(flat.shape[0]), tap]
+    lead = x.shape[:x.ndim - spatial]
+    return values.reshape(lead + tuple(out)), index.reshape(lead + tuple(out)).astype(jnp.int64)
+
+
+def _scatter_max_grad(grad_output, self, indices, spatial):
+    lead = self.shape[:self.ndim - spatial]
+    planes = math.prod(lead)
+    cells = math.prod(grad_output.shape[grad_output.ndim - spatial:])
+    g = _up(grad_output).reshape(planes, cells)
+    grad = jnp.zeros((planes, math.prod(self.shape[self.ndim - spatial:])), g.dtype)
+    grad = grad.at[jnp.arange(planes)[:, None], indices.reshape(planes, cells)].add(g)
+    return grad.reshape(self.shape).astype(self.dtype)
+
+
+def _geometry(x, spatial, kernel_size, stride, padding, dilation, ceil_mode):
+    k = _expand(kernel_size, spatial)
+    s = _expand(stride, spatial) if stride else k
+    p = _expand(padding, spatial)
+    d = _expand(dilation, spatial)
+    sizes = x.shape[x.ndim - spatial:]
+    out = tuple(_pool_out_size(n, *args, ceil_mode) for n, *args in zip(sizes, k, s, p, d))
+    starts = [np.arange(o) * ss - pp for o, ss, pp in zip(out, s, p)]
+    return sizes, k, s, p, d, out, starts
+
+
+# ---------------------------------------------------------------------------- max pooling
+@lowers(aten.max_pool3d_with_indices.default)
+def max_pool3d_with_indices(self, kernel_size, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
+    sizes, k, _, _, d, out, starts = _geometry(self, 3, kernel_size, stride, padding, dilation, ceil_mode)
+    flat, valid = _table(sizes, starts, k, d)
+    return _pick_max(self, 3, flat, valid, out)
+
+
+@lowers(aten.max_pool3d_with_indices_backward.default)
+def max_pool3d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode,
+                                     indices):
+    return _scatter_max_grad(grad_output, self, indices, 3)
+
+
+def _adaptive_bounds(n, o):
+    i = np.arange(o)
+    return (i * n) // o, -((-(i + 1) * n) // o)
+
+
+def _adaptive_max(x, output_size):
+    spatial = len(output_size)
+    sizes = x.shape[x.ndim - spatial:]
+    bounds = [_adaptive_bounds(n, o) for n, o in zip(sizes, output_size)]
+    taps = [int(np.max(end - start)) if len(start) else 1 for start, end in bounds]
+    flat, _ = _table(sizes, [b[0] for b in bounds], taps, (1,) * spatial)
+    # a tap is valid when it lies before its own window's end (windows vary in size)
+    inside = np.ones((1, 1), bool)
+    for (start, end), t in zip(bounds, taps):
+        ok = (start[:, None] + np.arange(t)[None, :]) < end[:, None]
+        inside = (inside[:, None, :, None] & ok[None, :, None, :]).reshape(inside.shape[0] * len(start), -1)
+    return _pick_max(x, spatial, flat, inside, output_size)
+
+
+@lowers(aten.adaptive_max_pool2d.default, aten.adaptive_max_pool3d.default)
+def adaptive_max_pool(self, output_size):
+    return _adaptive_max(self, tuple(output_size))
+
+
+@lowers(aten.adaptive_max_pool2d_backward.default)
+def adaptive_max_pool2d_backward(grad_output, self, indices):
+    return _scatter_max_grad(grad_output, self, indices, 2)
+
+
+@lowers(aten.adaptive_max_pool3d_backward.default)
+def adaptive_max_pool3d_backward(grad_output, self, indices):
+    return _scatter_max_grad(grad_output, self, indices, 3)
+
+
+def _fractional_starts(sample, n, o, k):
+    """Window starts (..., o) from a uniform sample in [0, 1) per plane, as PyTorch draws them."""
+    if o == 1:
+        return jnp.full(sample.shape + (1,), n - k, jnp.int64)
+    alpha = jnp.asarray((n - k) / (o - 1), sample.dtype)
+    i = jnp.arange(o - 1, dtype=sample.dtype)
+    seq = ((i + sample[..., None]) * alpha).astype(jnp.int64) - (sample * alpha).astype(jnp.int64)[..., None]
+    return jnp.concatenate([seq, jnp.full(sample.shape + (1,), n - k, jnp.int64)], -1)
+
+
+def _fractional_max(x, kernel_size, output_size, samples):
+    spatial = len(output_size)
+    sizes = x.shape[x.ndim - spatial:]
+    k = _expand(kernel_size, spatial)
+    # samples (N, C, spatial): PyTorch's 2-d kernel reads them as (width, height), its 3-d
+    # kernel as (depth, height, width)
+    s = _up(samples).reshape(x.shape[:x.ndim - spatial] + (spatial,))
+    order = (1, 0) if spatial == 2 else (0, 1, 2)
+    flat = jnp.zeros(s.shape[:-1] + (1, 1), jnp.int64)
+    for a in range(spatial):
+        start = _fractional_starts(s[..., order[a]], sizes[a], output_size[a], k[a])
+        pos = start[..., :, None] + jnp.arange(k[a])  # (..., o, k)
+        flat = (flat[..., :, None, :, None] * sizes[a] + pos[..., None, :, None, :])
+        flat = flat.reshape(flat.shape[:-4] + (flat.shape[-4] * flat.shape[-3], -1))
+    lead = x.shape[:x.ndim - spatial]
+    taps = jnp.take_along_axis(x.reshape(lead + (1, math.prod(sizes))), flat.reshape(lead + (1, math.prod(flat.shape[-2:]))), -1)
+    taps = taps.reshape(flat.shape)
+    tap = jnp.argmax(jnp.where(jnp.isnan(taps), jnp.inf, taps), axis=-1)
+    values = jnp.take_along_axis(taps, tap[..., None], -1)[..., 0]
+    index = jnp.take_along_axis(flat, tap[..., None], -1)[..., 0]
+    return values.reshape(lead + tuple(output_size)), index.reshape(lead + tuple(output_size))
+
+
+@lowers(aten.fractional_max_pool2d.default, aten.fractional_max_pool3d.default)
+def fractional_max_pool(self, kernel_size, output_size, random_samples):
+    return _fractional_max(self, kernel_size, tuple(output_size), random_samples)
+
+
+@lowers(aten.fractional_max_pool2d_backward.default)
+def fractional_max_pool2d_backward(grad_output, self, kernel_size, output_size, indices):
+    return _scatter_max_grad(grad_output, self, indices, 2)
+
+
+@lowers(aten.fractional_max_pool3d_backward.default)
+def fractional_max_pool3d_backward(grad_output, self, kernel_size, output_size, indices):
+    return _scatter_max_grad(grad_output, self, indices, 3)
+
+
+def _unpool(x, indices, output_size):
+    spatial = len(output_size)
+    lead = x.shape[:x.ndim - spatial]
+    planes = math.prod(lead)
+    out = jnp.zeros((planes, math.prod(output_size)), x.dtype)
+    cells = math.prod(x.shape[x.ndim - spatial:])
+    out = out.at[jnp.arange(planes)[:, None], indices.reshape(planes, cells)].set(x.reshape(planes, cells),
+                                                                                 mode="drop")
+    return out.reshape(lead + tuple(output_size))
+
+
+@lowers(aten.max_unpool2d.default)
+def max_unpool2d(self, indices, output_size):
+    return _unpool(self, indices, tuple(output_size))
+
+
+@lowers(aten.max_unpool3d.default)
+def max_unpool3d(self, indices, output_size, stride, padding):
+    return _unpool(self, indices, tuple(output_size))
+
+
+# ---------------------------------------------------------------------------- average pooling
+def _avg_pool(x, spatial, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    sizes, k, _, p, d, out, starts = _geometry(x, spatial, kernel_size, stride, padding, (1,), ceil_mode)
+    flat, valid = _table(sizes, starts, k, d)
+    xu = _up(x)
+    total = jnp.sum(jnp.where(valid, _read(xu, spatial, flat), 0), axis=-1)
+    if divisor_override:
+        divisor = np.full(flat.shape[0], divisor_override)
+    elif count_include_pad:  # the window clipped to the padded input
+        counts = [np.minimum(st + kk, n + pp) - st for st, kk, n, pp in zip(starts, k, sizes, p)]
+        divisor = np.prod(np.stack(np.meshgrid(*counts, indexing="ij")), 0).reshape(-1)
+    else:
+        divisor = valid.sum(1)
+    out_shape = x.shape[:x.ndim - spatial] + out
+    return (total / jnp.asarray(divisor, total.dtype)).reshape(out_shape).astype(x.dtype)
+
+
+@lowers(aten.avg_pool3d.default)
+def avg_pool3d(self, kernel_size, stride=(), padding=(0,), ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    return _avg_pool(self, 3, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+@lowers(aten.avg_pool3d_backward.default)
+def avg_pool3d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                        divisor_override):
+    _, vjp = jax.vjp(lambda x: _avg_pool(x, 3, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                         divisor_override), self)
+    return vjp(grad_output)[0]
+
+
+def _adaptive_avg(x, output_size):
+    xu = _up(x)
+    spatial = len(output_size)
+    letters = "defghijk"[:spatial]
+    outs = "uvwxyz"[:spatial]
+    matrices, counts = [], []
+    for n, o in zip(x.shape[x.ndim - spatial:], output_size):
+        start, end = _adaptive_bounds(n, o)
+        member = (np.arange(n)[None, :] >= start[:, None]) & (np.arange(n)[None, :] < end[:, None])
+        matrices.append(jnp.asarray(member, xu.dtype))
+        counts.append(end - start)
+    spec = f"...{letters}," + ",".join(f"{u}{c}" for u, c in zip(outs, letters)) + f"->...{outs}"
+    total = jnp.einsum(spec, xu, *matrices)
+    divisor = np.prod(np.stack(np.meshgrid(*counts, indexing="ij")), 0)
+    return (total / jnp.asarray(divisor, xu.dtype)).astype(x.dtype)
+
+
+@lowers(aten._adaptive_avg_pool3d.default)
+def adaptive_avg_pool3d(self, output_size):
+    return _adaptive_avg(self, tuple(output_size))
+
+
+@lowers(aten._adaptive_avg_pool3d_backward.default)
+def adaptive_avg_pool3d_backward(grad_output, self):
+    _, vjp = jax.vjp(lambda x: _adaptive_avg(x, grad_output.shape[-3:]), self)
+    return vjp(grad_output)[0]
+
+
+# ---------------------------------------------------------------------------- padding
+def _pad(x, padding, mode):
+    """padding lists (left, right) pairs from the last axis backwards; a negative amount crops.
+    Each output position reads the input position it reflects or clamps to."""
+    for i in range(len(padding) // 2):
+        axis = x.ndim - 1 - i
+        n, left, right = x.shape[axis], padding[2 * i], padding[2 * i + 1]
+        pos = np.arange(n + left + right) - left
+        if mode == "reflect":
+            pos = np.abs(pos)
+            pos = np.where(pos > n - 1, 2 * (n - 1) - pos, pos)
+        pos = np.clip(pos, 0, n - 1)
+        x = jnp.take(x, pos, axis=axis)
+    return x
+
+
+def _register_pad(name, mode):
+    @lowers(getattr(aten, name).default)
+    def forward(self, padding):
+        return _pad(self, padding, mode)
+
+    @lowers(getattr(aten, name + "_backward").default)
+    def backward(grad_output, self, padding):
+        _, vjp = jax.vjp(lambda x: _pad(x, padding, mode), self)
+        return vjp(grad_output)[0]
+
+
+for _n in (1, 2, 3):
+    _register_pad(f"reflection_pad{_n}d", "reflect")
+    _register_pad(f"replication_pad{_n}d", "replicate")
+
+
+# ---------------------------------------------------------------------------- im2col / col2im
+def _im2col(x, kernel_size, dilation, padding, stride):
+    k, d, p, s = (_expand(v, 2) for v in (kernel_size, dilation, padding, stride))
+    sizes = x.shape[-2:]
+    out = [(n + 2 * pp - dd * (kk - 1) - 1) // ss + 1 for n, kk, dd, pp, ss in zip(sizes, k, d, p, s)]
+    starts = [np.arange(o) * ss - pp for o, ss, pp in zip(out, s, p)]
+    flat, valid = _table(sizes, starts, k, d)  # (L, kh*kw)
+    cols = jnp.where(valid, _read(x, 2, flat), jnp.zeros((), x.dtype))  # (..., C, L, kh*kw)
+    cols = jnp.swapaxes(cols, -1, -2)  # (..., C, kh*kw, L)
+    return cols.reshape(x.shape[:-3] + (x.shape[-3] * math.prod(k), cols.shape[-1]))
+
+
+@lowers(aten.im2col.default)
+def im2col(self, kernel_size, dilation, padding, stride):
+    return _im2col(self, kernel_size, dilation, padding, stride)
+
+
+@lowers(aten.col2im.default)
+def col2im(self, output_size, kernel_size, dilation, padding, stride):
+    k = _expand(kernel_size, 2)
+    lead = self.shape[:-2]
+    channels = self.shape[-2] // math.prod(k)
+    zeros = jnp.zeros(lead + (channels,) + tuple(output_size), _up(self).dtype)
+    _, vjp = jax.vjp(lambda x: _im2col(x, kernel_size, dilation, padding, stride), zeros)
+    return vjp(_up(self))[0].astype(self.dtype)
