@@ -238,3 +238,14 @@ def test_index_reduce(reduce, include_self):
           torch.randn(3, 6, 2), torch.randn(3, 5, 2), idx, grad=reduce in ("prod", "mean"), **TOL)
     check(lambda x, s, i: x.index_reduce(0, i, s, reduce, include_self=include_self),
           torch.randint(-5, 5, (6, 2)), torch.randint(-5, 5, (5, 2)), idx)
+
+
+def test_rrelu_with_noise_inplace_writes_self_and_noise():
+    x = torch.randn(200)
+    d, noise = x.to("neuron"), torch.empty(200).to("neuron")
+    torch.ops.aten.rrelu_with_noise_(d, noise, 0.1, 0.3, True)
+    got, noise = d.cpu(), noise.cpu()
+    negative = x < 0
+    assert ((noise[negative] >= 0.1) & (noise[negative] <= 0.3)).all()
+    assert (noise[~negative] == 1).all()
+    torch.testing.assert_close(got, x * noise)

@@ -65,6 +65,7 @@ def _signature(schema, drop: set[str]) -> list[tuple[str, str]]:
 EXPLICIT_FUNCTIONAL = {
     "normal_.default": "normal_functional.default",
     "bernoulli_.float": "bernoulli.p",
+    "rrelu_with_noise_.default": "rrelu_with_noise_functional.default",  # writes self and noise
     "__ilshift__.Scalar": "__lshift__.Scalar",
     "__ilshift__.Tensor": "__lshift__.Tensor",
     "__irshift__.Scalar": "__rshift__.Scalar",
