@@ -24,6 +24,9 @@ from torch._dynamo.backends.common import aot_autograd
 
 from .. import random as neuron_random
 from ..eager import transfer
+from ..eager.layout import Layout, read, write
+from ..runtime import devices, storages
+from ..runtime.dtypes import to_jax, to_torch
 from ..lowering import LOWERINGS, calling
 from . import buckets
 
@@ -110,6 +113,10 @@ class CompiledGraph:
         self.random_nodes = [n for n in gm.graph.nodes if n.op == "call_function"
                              and n.target in LOWERINGS and LOWERINGS[n.target].random]
         self.mutated_inputs: list[int] = []
+        self.mutated_placeholders = sorted({
+            self.placeholders.index(n.args[0]) for n in gm.graph.nodes
+            if n.op == "call_function" and n.target is torch.ops.aten.copy_.default
+            and n.args[0].op == "placeholder"})
         output = next(n for n in gm.graph.nodes if n.op == "output")
         # Outputs the graph moved to the host (x.cpu()) leave as host tensors.
         self.host_outputs = {i for i, a in enumerate(output.args[0]) if isinstance(a, torch.fx.Node)
@@ -121,6 +128,10 @@ class CompiledGraph:
         # Non-tensor inputs (SymInt sizes under dynamic shapes) are static: they shape the graph (with
         # bucketing, as bucket sizes; the true sizes are a traced input that masks).
         self.jitted = jax.jit(self._run_graph, static_argnums=(1,))
+        # Graphs without bucketing read and write storage buffers directly, as eager plans do:
+        # no per-tensor conversion outside the executable, mutated inputs' buffers donated.
+        self.direct = jax.jit(self._run_direct, static_argnums=(3,), donate_argnums=(0,))
+        self.direct_outputs: dict = {}  # call spec -> per output: (shape, dtype) or a static value
         _stats["graphs"] += 1
 
     def _run_graph(self, arrays, statics, rng, true_sizes=None):
@@ -128,6 +139,42 @@ class CompiledGraph:
         inputs, arrays, statics = [], list(arrays), list(statics)
         for is_array in self.array_mask:
             inputs.append(arrays.pop(0) if is_array else statics.pop(0))
+        return self._evaluate(inputs, rng, true_sizes)
+
+    def _run_direct(self, donated, kept, host, spec, rng):
+        """The graph over storage buffers: `spec` says, per input, which buffer and layout it reads
+        (or which host array, or its static value); returns the outputs flat, the new buffers of
+        the donated (mutated) storages, and the new values of mutated host inputs."""
+        _stats["compiles"] += 1
+        entries, donated_groups, kept_groups = spec
+        buffers = dict(zip(donated_groups, donated)) | dict(zip(kept_groups, kept))
+        inputs = []
+        for kind, where, layout, dtype in entries:
+            if kind == _BUFFER:
+                inputs.append(read(storages.bitcast(buffers[where], to_jax(dtype)), layout))
+            else:
+                inputs.append(host[where] if kind == _HOST else where)
+        outputs, mutated = self._evaluate(inputs, rng, None)
+        new = {}
+        host_new = []
+        for index, value in zip(self.mutated_inputs, mutated):
+            kind, group, layout, dtype = entries[index]
+            if kind != _BUFFER:
+                host_new.append(value)
+                continue
+            buf = storages.bitcast(new.get(group, buffers[group]), to_jax(dtype))
+            new[group] = write(buf, layout, value)
+        described, flat = [], []
+        for o in outputs:
+            if hasattr(o, "shape"):
+                described.append((tuple(o.shape), o.dtype))
+                flat.append(o.reshape(-1))
+            else:
+                described.append(_Static(o))
+        self.direct_outputs[spec] = described
+        return flat, [new.get(g, buffers[g]) for g in donated_groups], host_new
+
+    def _evaluate(self, inputs, rng, true_sizes):
         env = {}
         for node, value in zip(self.placeholders, inputs):
             env[node] = value
@@ -183,6 +230,8 @@ class CompiledGraph:
         return _match_meta(results, node.meta.get("val"), len(target._schema.returns) > 1)
 
     def __call__(self, *inputs):
+        if self.bucketing is None:
+            return self._call_direct(inputs)
         device = self._device(inputs)
         arrays = [_to_array(x, device) for x in inputs]
         true = None
@@ -216,6 +265,64 @@ class CompiledGraph:
                        for o, shape in zip(outputs, self.output_shapes)]
         return [_from_array(o, device, i in self.host_outputs) for i, o in enumerate(outputs)]
 
+    def _call_direct(self, inputs):
+        storages.maybe_drain()
+        device = self._device(inputs)
+        entries, buffers, handles, host = [], [], [], []
+        group_of: dict[int, int] = {}
+        for x in inputs:
+            if not isinstance(x, torch.Tensor):
+                entries.append((_STATIC, x, None, None))
+            elif x.device.type != "neuron":
+                entries.append((_HOST, len(host), None, x.dtype))
+                host.append(transfer.cpu_numpy(x))  # numpy: jit moves it with the call
+            else:
+                offset = x.storage_offset()
+                handle = x.data_ptr() - offset * x.element_size() if x.numel() else 0
+                group = group_of.get(handle) if handle else None
+                if group is None:
+                    group = len(buffers)
+                    buf = storages.buffers.get(handle) if handle else _empty_buffer(x)
+                    buffers.append(buf if buf is not None else transfer.buffer_of(x))
+                    handles.append(handle)
+                    if handle:
+                        group_of[handle] = group
+                entries.append((_BUFFER, group, Layout(tuple(x.shape), tuple(x.stride()), offset), x.dtype))
+        mutated_groups = sorted({entries[i][1] for i in self.mutated_placeholders if entries[i][0] == _BUFFER})
+        kept_groups = [g for g in range(len(buffers)) if g not in mutated_groups]
+        spec = (tuple(entries), tuple(mutated_groups), tuple(kept_groups))
+        rng = None
+        if self.random_nodes:
+            seed, offset = neuron_random.next_seed_and_offset(device, None)
+            rng = (np.uint64(seed), np.uint64(offset))
+        compiles = _stats["compiles"]
+        flat, new_buffers, host_new = self.direct(
+            [buffers[g] for g in mutated_groups], [buffers[g] for g in kept_groups], host, spec, rng)
+        if _stats["compiles"] != compiles:
+            self._note_compile([(e[2], e[3]) if e[0] == _BUFFER else e[1] for e in entries])
+        else:
+            _stats["cache_hits"] += 1
+        storages.recent.append(flat)
+        table = storages.buffers
+        for group, buf in zip(mutated_groups, new_buffers):
+            if handles[group]:
+                table[handles[group]] = buf
+        host_targets = [inputs[i] for i in self.mutated_inputs if entries[i][0] != _BUFFER]
+        for target, value in zip(host_targets, host_new):
+            target.copy_(_from_array(value, target.device, True))
+        results, flat = [], iter(flat)
+        inputs_buffers = {id(b) for b in buffers}
+        for i, described in enumerate(self.direct_outputs[spec]):
+            if isinstance(described, _Static):
+                results.append(described.value)
+                continue
+            shape, dtype = described
+            buf = next(flat)
+            if id(buf) in inputs_buffers:  # an input passed through: its storage keeps the buffer
+                buf = jax.numpy.array(buf, copy=True)
+            results.append(_bind(buf, shape, dtype, device, i in self.host_outputs))
+        return results
+
     def _device(self, inputs):
         for t in inputs:
             if isinstance(t, torch.Tensor) and t.device.type == "neuron":
@@ -230,6 +337,34 @@ class CompiledGraph:
             if _LOG_RECOMPILES:
                 print(f"torchneuron recompile: {reason}")
         self.signatures.add(signature)
+
+
+_BUFFER, _HOST, _STATIC = 0, 1, 2
+
+
+class _Static(tuple):
+    """A graph output that is not an array (a size): the same for every call of a spec."""
+
+    def __new__(cls, value):
+        return super().__new__(cls, (value,))
+
+    @property
+    def value(self):
+        return self[0]
+
+
+def _empty_buffer(x):
+    return jax.device_put(jax.numpy.zeros((0,), to_jax(x.dtype)), devices.jax_device(x.device.index))
+
+
+def _bind(buf, shape, dtype, device, host):
+    """A new contiguous tensor of `shape` holding flat buffer `buf`."""
+    if host:
+        return transfer.host_tensor(np.asarray(buf).reshape(shape), to_torch(dtype))
+    out = torch.empty(shape, dtype=to_torch(dtype), device=device)
+    if out.numel():
+        storages.buffers[out.data_ptr()] = buf
+    return out
 
 
 def _to_array(x, device):
