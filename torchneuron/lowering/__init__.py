@@ -59,7 +59,7 @@ def lowers(*ops: torch._ops.OpOverload, **options) -> Callable:
 
 
 FAMILIES = ("elementwise", "reductions", "shape", "indexing", "linalg", "nn", "factories", "random", "foreach",
-            "views", "extra")
+            "views", "extra", "fft")
 
 
 def load_all() -> dict:
