@@ -47,6 +47,11 @@ def _eigh_product(h):
     return (v * w[..., None, :]) @ v.mT
 
 
+def _eig_product(a):
+    w, v = torch.linalg.eig(a)
+    return (v * w[..., None, :]) @ torch.linalg.inv(v)
+
+
 def _lu_solve(lu, b, piv, left, adjoint):
     return torch.linalg.lu_solve(lu, piv.to(lu.device), b, left=left, adjoint=adjoint)
 
@@ -171,6 +176,16 @@ def test_matrix_exp_cross(dtype):
     check(torch.linalg.matrix_exp, torch.randn(2, 4, 4, dtype=dtype) / 2, **_grad(dtype))
     check(torch.linalg.cross, torch.randn(4, 3, dtype=dtype), torch.randn(1, 3, dtype=dtype), **_grad(dtype))
     check(torch.cross, torch.randn(3, 2, dtype=dtype), torch.randn(3, 2, dtype=dtype), dim=0, **tol)
+
+
+def test_eig():
+    # General eigenproblem: XLA has no kernel of its own; JAX runs LAPACK's geev on CPU. The
+    # eigenvectors agree with PyTorch's up to a unit factor per column (complex pairs can differ
+    # in sign), so compare |V| and the reconstruction.
+    A = torch.randn(2, 4, 4, dtype=torch.float64)
+    check(torch.linalg.eigvals, A)
+    check(lambda a: torch.linalg.eig(a).eigenvectors.abs(), A)
+    check(_eig_product, A)
 
 
 def test_out_variants():

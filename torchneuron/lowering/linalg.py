@@ -394,3 +394,19 @@ def linalg_cross(self, other, *, dim=-1):
     shape = jnp.broadcast_shapes(self.shape, other.shape)
     a, b = jnp.broadcast_to(self, shape), jnp.broadcast_to(other, shape)
     return jnp.cross(a, b, axis=dim)
+
+
+# ----- general eigenproblem
+# XLA has no eigendecomposition of its own: JAX runs LAPACK's geev on CPU (and a GPU library on
+# GPUs), so these compile only where such a kernel exists. On CPU the eigenvectors are LAPACK's:
+# unit norm, largest component real, as PyTorch's.
+
+@lowers(aten.linalg_eig.default)
+def linalg_eig(self):
+    values, vectors = lax.linalg.eig(self, compute_left_eigenvectors=False)
+    return values, vectors
+
+
+@lowers(aten._linalg_eigvals.default)
+def linalg_eigvals(self):
+    return lax.linalg.eig(self, compute_left_eigenvectors=False, compute_right_eigenvectors=False)[0]
