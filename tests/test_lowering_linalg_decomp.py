@@ -126,6 +126,12 @@ def test_solve_inv_det(dtype):
     check(torch.logdet, A @ A.mT, **tol)
 
 
+def test_empty_matrices():
+    E = torch.randn(2, 0, 0)
+    for fn in (torch.linalg.cholesky_ex, torch.linalg.inv_ex, torch.linalg.slogdet, torch.linalg.lu_factor_ex):
+        check(fn, E)
+
+
 def test_singular_info_and_det():
     S = torch.tensor([[1.0, 2.0], [2.0, 4.0]])
     check(torch.linalg.inv_ex, S)

@@ -164,6 +164,8 @@ def _cholesky_info(a, L):
         info0 = jnp.zeros(a.shape[:-2], jnp.int32)
         return lax.fori_loop(0, n, step, (work, info0))[1]
 
+    if a.shape[-1] == 0:
+        return jnp.zeros(a.shape[:-2], jnp.int32)
     ok = jnp.all(jnp.isfinite(L))
     return lax.cond(ok, lambda a: jnp.zeros(a.shape[:-2], jnp.int32), search, a)
 
@@ -207,6 +209,8 @@ def _lu(a):
     k = min(a.shape[-2], a.shape[-1])
     diag = jnp.diagonal(lu, axis1=-2, axis2=-1)[..., :k]
     zero = diag == 0
+    if k == 0:  # no pivots: argmax has nothing to look at
+        return lu, pivots.astype(jnp.int32), perm, jnp.zeros(a.shape[:-2], jnp.int32)
     info = jnp.where(jnp.any(zero, axis=-1), jnp.argmax(zero, axis=-1) + 1, 0).astype(jnp.int32)
     return lu, (pivots + 1).astype(jnp.int32), perm, info
 
