@@ -62,7 +62,7 @@ def test_cholesky_family(dtype):
     A = _spd(2, 4, 4, dtype=dtype)
     check(torch.linalg.cholesky, A, **_grad(dtype))
     check(torch.linalg.cholesky_ex, A, upper=True, **tol)
-    check(torch.cholesky, A, **_grad(dtype))
+    check(torch.cholesky, A, **tol)
     L = torch.linalg.cholesky(A)
     check(torch.cholesky_inverse, L, **_grad(dtype))
     check(torch.cholesky_inverse, L.mT.contiguous(), upper=True, **tol)
@@ -157,7 +157,7 @@ def test_qr_geqrf_householder(dtype):
     check(lambda a: torch.linalg.qr(a, mode="r").R, A, **tol)
     check(torch.geqrf, A, **tol)
     a, tau = torch.geqrf(A)
-    check(torch.linalg.householder_product, a, tau, **_grad(dtype))
+    check(torch.linalg.householder_product, a, tau, **tol)  # its backward: a long loop of small ops
     check(torch.ormqr, a, tau, torch.randn(2, 5, 2, dtype=dtype), transpose=True, **tol)
 
 
