@@ -59,7 +59,7 @@ def lowers(*ops: torch._ops.OpOverload, **options) -> Callable:
 
 
 FAMILIES = ("elementwise", "reductions", "shape", "indexing", "linalg", "nn", "factories", "random", "foreach",
-            "views", "extra", "sampling", "pooling", "activations")
+            "views", "extra", "sampling", "pooling", "activations", "fft")
 
 
 def load_all() -> dict:

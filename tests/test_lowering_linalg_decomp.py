@@ -1,0 +1,202 @@
+"""Matrix decompositions and solvers against CPU, values and gradients.
+
+Where PyTorch's result is not unique (signs of singular vectors, eigenvectors, Q's columns) the
+tests compare what is unique, as PyTorch's OpInfos do: reconstructions and sign-free functions
+of the factors. (On CPU JAX calls the same LAPACK routines as PyTorch, so the raw factors agree
+too and are checked as well; another backend may choose other signs.)
+"""
+import pytest
+import torch
+from reference import check
+
+pytestmark = pytest.mark.usefixtures("no_fallback")
+
+FLOATS = [torch.float32, torch.float64]
+
+
+def _tol(dtype):
+    return {"rtol": 1e-4, "atol": 1e-4} if dtype == torch.float32 else {}
+
+
+def _grad(dtype):
+    """Gradients too, for float64 only: each backward compiles a dozen more ops."""
+    return {**_tol(dtype), "grad": dtype == torch.float64}
+
+
+def _spd(*shape, dtype):
+    a = torch.randn(*shape, dtype=dtype)
+    return a @ a.mT + shape[-1] * torch.eye(shape[-1], dtype=dtype)
+
+
+def _wellcond(*shape, dtype):
+    return torch.randn(*shape, dtype=dtype) + shape[-1] * torch.eye(shape[-1], dtype=dtype)
+
+
+def _qr_product(a, mode):
+    q, r = torch.linalg.qr(a, mode=mode)
+    return q @ r
+
+
+def _svd_product(a):
+    u, s, vh = torch.linalg.svd(a, full_matrices=False)
+    return (u * s[..., None, :]) @ vh
+
+
+def _eigh_product(h):
+    w, v = torch.linalg.eigh(h)
+    return (v * w[..., None, :]) @ v.mT
+
+
+def _eig_product(a):
+    w, v = torch.linalg.eig(a)
+    return (v * w[..., None, :]) @ torch.linalg.inv(v)
+
+
+def _lu_solve(lu, b, piv, left, adjoint):
+    return torch.linalg.lu_solve(lu, piv.to(lu.device), b, left=left, adjoint=adjoint)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_cholesky_family(dtype):
+    tol = _tol(dtype)
+    A = _spd(2, 4, 4, dtype=dtype)
+    check(torch.linalg.cholesky, A, **_grad(dtype))
+    check(torch.linalg.cholesky_ex, A, upper=True, **tol)
+    check(torch.cholesky, A, **tol)
+    L = torch.linalg.cholesky(A)
+    check(torch.cholesky_inverse, L, **_grad(dtype))
+    check(torch.cholesky_inverse, L.mT.contiguous(), upper=True, **tol)
+    B = torch.randn(4, 3, dtype=dtype)
+    check(torch.cholesky_solve, B, L, **_grad(dtype))  # broadcast batch
+    check(torch.cholesky_solve, B, L.mT.contiguous(), upper=True, **tol)
+
+
+def test_cholesky_ex_info_not_positive_definite():
+    A = torch.diag(torch.tensor([2.0, 1.0, -1.0, 3.0]))
+    bad = torch.stack([torch.eye(4), A])
+    info_cpu = torch.linalg.cholesky_ex(bad).info
+    info_dev = torch.linalg.cholesky_ex(bad.to("neuron")).info
+    assert info_dev.dtype == torch.int32 and info_dev.cpu().tolist() == info_cpu.tolist() == [0, 3]
+    with pytest.raises(torch.linalg.LinAlgError, match="order 3"):
+        torch.linalg.cholesky(A.to("neuron"))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_solve_triangular(dtype):
+    tol = _tol(dtype)
+    A = _wellcond(2, 4, 4, dtype=dtype)  # the other triangle holds values that must be ignored
+    B = torch.randn(2, 4, 3, dtype=dtype)
+    check(torch.linalg.solve_triangular, A, B, upper=True, **_grad(dtype))
+    check(torch.linalg.solve_triangular, A, B, upper=False, unitriangular=True, **_grad(dtype))
+    check(torch.linalg.solve_triangular, A, B.mT, upper=False, left=False, **tol)
+    check(torch.triangular_solve, B, A, transpose=True, **tol)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_lu_family(dtype):
+    tol = _tol(dtype)
+    A = torch.randn(2, 4, 4, dtype=dtype)
+    check(torch.linalg.lu_factor_ex, A, **tol)
+    check(torch.linalg.lu, A, **_grad(dtype))
+    check(torch.linalg.lu, torch.randn(5, 3, dtype=dtype), **tol)  # tall
+    check(torch.linalg.lu, torch.randn(3, 5, dtype=dtype), **tol)  # wide
+    LU, piv = torch.linalg.lu_factor(A)
+    check(torch.lu_unpack, LU, piv, **_grad(dtype))
+    check(torch.lu_unpack, LU, piv, unpack_pivots=False, **tol)
+    check(torch.lu_unpack, LU, piv, unpack_data=False, **tol)
+    B = torch.randn(2, 4, 3, dtype=dtype)
+    check(_lu_solve, LU, B, piv=piv, left=True, adjoint=False, **_grad(dtype))
+    check(_lu_solve, LU, B, piv=piv, left=True, adjoint=True, **tol)
+    check(_lu_solve, LU, B.mT, piv=piv, left=False, adjoint=False, **tol)
+    check(_lu_solve, LU, B.mT, piv=piv, left=False, adjoint=True, **tol)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_solve_inv_det(dtype):
+    tol = _tol(dtype)
+    A = _wellcond(2, 4, 4, dtype=dtype)
+    check(torch.linalg.solve, A, torch.randn(2, 4, 3, dtype=dtype), **_grad(dtype))
+    check(torch.linalg.solve, A, torch.randn(2, 4, dtype=dtype), **tol)  # vector rhs
+    check(torch.linalg.solve, A[0], torch.randn(3, 4, 2, dtype=dtype), **tol)  # broadcast batch
+    check(torch.linalg.solve, A, torch.randn(2, 3, 4, dtype=dtype), left=False, **tol)
+    check(torch.linalg.inv_ex, A, **tol)
+    check(torch.linalg.inv, A, **_grad(dtype))
+    check(torch.linalg.det, A, **_grad(dtype))
+    check(torch.linalg.slogdet, A, **_grad(dtype))
+    check(torch.logdet, A @ A.mT, **tol)
+
+
+def test_empty_matrices():
+    E = torch.randn(2, 0, 0)
+    for fn in (torch.linalg.cholesky_ex, torch.linalg.inv_ex, torch.linalg.slogdet, torch.linalg.lu_factor_ex):
+        check(fn, E)
+
+
+def test_singular_info_and_det():
+    S = torch.tensor([[1.0, 2.0], [2.0, 4.0]])
+    check(torch.linalg.inv_ex, S)
+    check(torch.linalg.lu_factor_ex, S)
+    check(torch.linalg.det, S)
+    check(torch.linalg.slogdet, S)
+
+
+@pytest.mark.xfail(strict=True, reason="driver: a lowering cannot see that A is not contiguous")
+def test_det_gradient_of_noncontiguous_matrix():
+    # PyTorch factors A^T for a contiguous real A and its backward asks A.is_contiguous() again:
+    # the lowering assumes contiguous, so A.mT gets the transposed gradient.
+    check(lambda a: torch.linalg.det(a.mT), _wellcond(3, 3, dtype=torch.float64), grad=True)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_qr_geqrf_householder(dtype):
+    tol = _tol(dtype)
+    A = torch.randn(2, 5, 3, dtype=dtype)
+    check(torch.linalg.qr, A, **tol)
+    check(_qr_product, A, mode="reduced", **_grad(dtype))
+    check(torch.linalg.qr, A.mT, mode="complete", **tol)  # wide
+    check(lambda a: torch.linalg.qr(a, mode="r").R, A, **tol)
+    check(torch.geqrf, A, **tol)
+    a, tau = torch.geqrf(A)
+    check(torch.linalg.householder_product, a, tau, **tol)  # its backward: a long loop of small ops
+    check(torch.ormqr, a, tau, torch.randn(2, 5, 2, dtype=dtype), transpose=True, **tol)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_svd_eigh(dtype):
+    tol = _tol(dtype)
+    A = torch.randn(2, 5, 3, dtype=dtype)
+    check(torch.linalg.svdvals, A, **_grad(dtype))
+    check(torch.linalg.svd, A, full_matrices=False, **tol)  # raw factors: LAPACK's signs on CPU
+    check(_svd_product, A, **_grad(dtype))
+    check(torch.linalg.pinv, A, **tol)
+    H = _spd(2, 4, 4, dtype=dtype)
+    check(torch.linalg.eigvalsh, H, **_grad(dtype))
+    check(torch.linalg.eigvalsh, torch.randn(4, 4, dtype=dtype), UPLO="U", **tol)
+    check(lambda h: [x.abs() for x in torch.linalg.eigh(h)], H, **tol)  # eigenvectors up to sign
+    check(_eigh_product, H, **_grad(dtype))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_matrix_exp_cross(dtype):
+    tol = _tol(dtype)
+    check(torch.linalg.matrix_exp, torch.randn(2, 4, 4, dtype=dtype) / 2, **_grad(dtype))
+    check(torch.linalg.cross, torch.randn(4, 3, dtype=dtype), torch.randn(1, 3, dtype=dtype), **_grad(dtype))
+    check(torch.cross, torch.randn(3, 2, dtype=dtype), torch.randn(3, 2, dtype=dtype), dim=0, **tol)
+
+
+def test_eig():
+    # General eigenproblem: XLA has no kernel of its own; JAX runs LAPACK's geev on CPU. The
+    # eigenvectors agree with PyTorch's up to a unit factor per column (complex pairs can differ
+    # in sign), so compare |V| and the reconstruction.
+    A = torch.randn(2, 4, 4, dtype=torch.float64)
+    check(torch.linalg.eigvals, A)
+    check(lambda a: torch.linalg.eig(a).eigenvectors.abs(), A)
+    check(_eig_product, A)
+
+
+def test_out_variants():
+    A = _spd(3, 3, dtype=torch.float32)
+    out = torch.empty(0)
+    check(lambda a, o: torch.linalg.cholesky(a, out=o), A, out)
+    check(lambda a, o: torch.linalg.inv(a, out=o), A, out)
+    check(lambda a, o: torch.linalg.eigvalsh(a, out=o), A, out)
