@@ -64,14 +64,11 @@ def test_fft_helpers_and_out():
           rtol=1e-4, atol=1e-4)
 
 
-# hfft / ihfft conjugate their input / output with a conj *view* (the conj bit); the eager driver's
-# copies ignore that bit (transfer.copy_ and aten.copy_), so these values come back unconjugated.
-@pytest.mark.xfail(strict=True, reason="driver: conj-bit views are not resolved by copies")
+# hfft / ihfft conjugate their input / output with a conj *view* (the conj bit): copies resolve it.
 def test_hfft_ihfft_conj_views():
     x = torch.randn(3, 8)
     check(torch.fft.ihfft, x, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.xfail(strict=True, reason="driver: conj-bit views are not resolved by copies")
 def test_ifft_of_real_input_conj_view():
     check(torch.fft.ifft, torch.randn(3, 8), rtol=1e-4, atol=1e-4)  # conj(r2c(x)) as a conj view

@@ -168,3 +168,19 @@ def test_view_dtype_bitcasts():
     dev.view(torch.int32).add_(1)
     cpu.view(torch.int32).add_(1)
     torch.testing.assert_close(dev.cpu(), cpu)
+
+
+def test_math_bit_views_read_and_write_their_meaning():
+    """conj/neg-bit views reach copy_, clone and mm as they are: the driver applies the bits."""
+    x = torch.randn(3, 3, dtype=torch.complex64)
+    d = x.to("neuron")
+    torch.testing.assert_close(d.conj().cpu(), x.conj())
+    torch.testing.assert_close(torch.resolve_conj(d.conj()).cpu(), x.conj())
+    torch.testing.assert_close((d.conj() @ d).cpu(), x.conj() @ x)
+    torch.testing.assert_close(torch.vdot(d[0], d[1]).cpu(), torch.vdot(x[0], x[1]))
+    assert d.conj()[0, 0].item() == x.conj()[0, 0].item()
+    y = torch.randn(4)
+    torch.testing.assert_close(y.to("neuron")._neg_view().cpu(), -y)
+    dst = torch.zeros(3, dtype=torch.complex64).to("neuron")
+    dst.conj().copy_(d[0])  # stores conj(x[0]) physically
+    torch.testing.assert_close(dst.cpu(), x[0].conj())

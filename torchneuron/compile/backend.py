@@ -25,9 +25,9 @@ from torch._dynamo.backends.common import aot_autograd
 from .. import random as neuron_random
 from ..eager import transfer
 from ..eager.layout import Layout, read, write
+from ..lowering import LOWERINGS, calling
 from ..runtime import devices, storages
 from ..runtime.dtypes import to_jax, to_torch
-from ..lowering import LOWERINGS, calling
 from . import buckets
 
 log = logging.getLogger("torchneuron.compile")
@@ -226,7 +226,8 @@ class CompiledGraph:
             key = jax.random.fold_in(jax.random.fold_in(base_key, rng[1]), random_index[node])
         if "device" in kwargs:
             kwargs = {**kwargs, "device": None}
-        results = calling.invoke(target, lowering, list(args), dict(kwargs), compute, key)
+        flags = calling.contiguity(target, lowering, meta_args, meta_kwargs) if lowering.contiguity else None
+        results = calling.invoke(target, lowering, list(args), dict(kwargs), compute, key, flags)
         return _match_meta(results, node.meta.get("val"), len(target._schema.returns) > 1)
 
     def __call__(self, *inputs):

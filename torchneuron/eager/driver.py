@@ -77,7 +77,9 @@ def _add_tensor(desc: CallDescription, t: torch.Tensor, op) -> None:
     first = desc.sharing.setdefault(handle, i) if handle else i
     if first == i:
         desc.buffers.append(storages.buffers.get(handle) if handle else None)
-    desc.key.append((t.shape, t.stride(), offset, t.dtype, first))
+    # Conj and neg bits: PyTorch's math-bit fallbacks pass some ops (copy_, clone, mm...) such
+    # views as they are, and expect the kernel to read and write the values they mean.
+    desc.key.append((t.shape, t.stride(), offset, t.dtype, first, t.is_conj(), t.is_neg()))
 
 
 def describe(schema: OpSchema, args, kwargs) -> CallDescription:
@@ -230,6 +232,7 @@ class Plan:
         self._arg_slots = _slots_per_arg(
             list(enumerate(args)) + [(schema.names.index(k), v) for k, v in kwargs.items()])
         self.dtypes = [t.dtype for t in tensors]
+        self.bits = [(t.is_conj(), t.is_neg()) for t in tensors]
         self.static_scalars = list(desc.scalars) if lowering.static_scalars else None
 
         meta_args, meta_kwargs, meta_tensors = self._meta_call(args, kwargs, buffers)
@@ -254,6 +257,8 @@ class Plan:
                       [d.itemsize for d in self.dtypes])
         self.fresh = self._fresh()  # [(functional return path, Layout, dtype)]
         self.compute_dtype = self._compute_dtype(meta_args, meta_kwargs)
+        # Layouts are part of the plan key, so flags derived from them are fixed per plan.
+        self.layout_flags = calling.contiguity(functional, lowering, meta_args, meta_kwargs)
         self.written_groups = sorted({self.groups[ti] for ti, _ in self.writes})
         self.read_groups = [g for g in range(len(buffers)) if g not in set(self.written_groups)]
         # For each written group, the position of one of its tensors (to find its handle per call).
@@ -307,9 +312,27 @@ class Plan:
 
     def _run_meta(self, margs, mkwargs):
         try:
+            if self.op not in META_OVERRIDES and self.schema.out_args \
+                    and self.schema.functional in META_OVERRIDES:
+                return self._run_meta_out(margs, mkwargs)
             return META_OVERRIDES.get(self.op, self.op)(*margs, **mkwargs)
         except (NotImplementedError, torch._subclasses.fake_tensor.UnsupportedOperatorException):
             return None
+
+    def _run_meta_out(self, margs, mkwargs):
+        """An out= overload whose functional has an override: its results resize the out tensors
+        as PyTorch's resize_output does."""
+        names = self.schema.names
+        out_names = {names[i] for i in self.schema.out_args}
+        fargs = [a for i, a in enumerate(margs) if i not in self.schema.out_args]
+        fkwargs = {k: v for k, v in mkwargs.items() if k not in out_names}
+        results = META_OVERRIDES[self.schema.functional](*fargs, **fkwargs)
+        results = results if isinstance(results, tuple) else (results,)
+        outs = [margs[i] if i < len(margs) else mkwargs[names[i]] for i in self.schema.out_args]
+        for out, result in zip(outs, results):
+            if out.shape != result.shape:  # resized as the CPU kernel does: the result's layout
+                out.resize_(result.shape).as_strided_(result.shape, result.stride())
+        return tuple(outs) if len(outs) > 1 else outs[0]
 
     def _template(self, args, kwargs):
         counters = {"t": 0, "s": 0}
@@ -400,7 +423,7 @@ class Plan:
         call_kwargs = {k: fill(node) for k, node in self.template_kwargs.items()}
         key = jax.random.fold_in(jax.random.key(rng[0]), rng[1]) if self.lowering.random else None
         return calling.invoke(self.schema.functional, self.lowering, call_args, call_kwargs,
-                              self.compute_dtype, key)
+                              self.compute_dtype, key, self.layout_flags)
 
     def _body(self, *flat):
         n_w, n_o = len(self.written_groups), len(self.read_groups)
@@ -414,8 +437,7 @@ class Plan:
             buffers[g] = b
         for g, b in zip(self.read_groups, others):
             buffers[g] = b
-        values = [read(storages.bitcast(buffers[g], to_jax(dt)), lay)
-                  for g, dt, lay in zip(self.groups, self.dtypes, self.layouts)]
+        values = self._read_all(buffers)
         scalars = [jnp.asarray(s) for s in scalars]
         results = self._call_lowering(values, scalars, rng)
         new = {}
@@ -423,7 +445,8 @@ class Plan:
             g = self.groups[ti]
             buf = new.get(g, buffers[g])
             buf = storages.bitcast(buf, to_jax(self.dtypes[ti]))
-            new[g] = write(buf, self.layouts[ti], _at(results, path))
+            # storing x through a conj (neg) view stores conj(x) (-x): the bits are self-inverse
+            new[g] = write(buf, self.layouts[ti], _apply_bits(_at(results, path), self.bits[ti]))
         fresh = [flatten(jnp.broadcast_to(_at(results, path), lay.shape).astype(to_jax(dt)), lay)
                  for path, lay, dt in self.fresh]
         return (*[new[g] for g in self.written_groups], *fresh)  # flat: the fastest jit outputs
@@ -496,9 +519,13 @@ class Plan:
             if t.stride() != stride:
                 t.as_strided_(shape, stride)
 
+    def _read_all(self, buffers):
+        """Every tensor argument's values: its layout read from its buffer, math bits applied."""
+        return [_apply_bits(read(storages.bitcast(buffers[g], to_jax(dt)), lay), bits)
+                for g, dt, lay, bits in zip(self.groups, self.dtypes, self.layouts, self.bits)]
+
     def _run_data_dependent(self, args, kwargs, desc, buffers, rng):
-        values = [read(storages.bitcast(buffers[g], to_jax(dt)), lay)
-                  for g, dt, lay in zip(self.groups, self.dtypes, self.layouts)]
+        values = self._read_all(buffers)
         results = self._call_lowering(values, [jnp.asarray(s) for s in desc.scalars], rng)
         made = []
         for r, res in enumerate(results):
@@ -509,6 +536,15 @@ class Plan:
                     self.device.index))
             made.append(((r,), t))
         return self._assemble(args, kwargs, made)
+
+
+def _apply_bits(value, bits):
+    conj, neg = bits
+    if conj:
+        value = jnp.conj(value)
+    if neg:
+        value = -value
+    return value
 
 
 def _slots_per_arg(indexed_args) -> dict[int, list[int]]:

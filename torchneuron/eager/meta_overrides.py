@@ -1,4 +1,4 @@
-"""Result layouts for ops whose PyTorch meta kernel encodes a CUDA-only restriction.
+"""Result layouts for ops whose PyTorch meta kernel is missing or encodes a CUDA-only restriction.
 
 The driver learns result shapes, dtypes and errors from PyTorch's meta kernels. A few of those
 check what CUDA's kernel supports rather than what the op means; neuron behaves like CPU there.
@@ -19,6 +19,14 @@ def _grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
     return out.to(out_dtype or mat_a.dtype)
 
 
+def _geqrf(A):
+    # PyTorch has no meta kernel for geqrf; LAPACK's result is column-major, as on CPU.
+    *batch, m, n = A.shape
+    a = torch.empty((*batch, n, m), dtype=A.dtype, device="meta").mT
+    return a, torch.empty((*batch, min(m, n)), dtype=A.dtype, device="meta")
+
+
 META_OVERRIDES = {
     aten._grouped_mm.default: _grouped_mm,
+    aten.geqrf.default: _geqrf,
 }

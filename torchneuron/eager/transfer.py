@@ -40,7 +40,7 @@ def value_of(t: torch.Tensor) -> jax.Array:
 
 
 def to_host(t: torch.Tensor) -> np.ndarray:
-    return np.asarray(value_of(t))
+    return np.asarray(_logical(t, value_of(t)))
 
 
 def from_host(array: np.ndarray, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
@@ -81,12 +81,21 @@ def host_tensor(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
     return torch.from_numpy(array)
 
 
+def _logical(t: torch.Tensor, value):
+    """The values a conj- or neg-bit view means, from the physical values it stores."""
+    if t.is_conj():
+        value = value.conj()
+    if t.is_neg():
+        value = -value
+    return value
+
+
 def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
     if dst.device.type == "neuron" and src.device.type == "neuron" and dst.device == src.device:
-        return _same_device_copy(dst, src, non_blocking)
+        return _same_device_copy(dst, src, non_blocking)  # the driver reads and writes math bits
     if dst.device.type == "neuron":
         if src.device.type == "neuron":  # another NeuronCore
-            value = jax.device_put(value_of(src), devices.jax_device(dst.device.index))
+            value = jax.device_put(_logical(src, value_of(src)), devices.jax_device(dst.device.index))
             staged = from_value(value, dst.device)
         else:
             host = src.to(dst.dtype) if src.dtype != dst.dtype and src.dtype.is_complex is False else src

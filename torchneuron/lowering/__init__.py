@@ -40,6 +40,9 @@ class Lowering:
     data_dependent: bool = False  # output shape depends on values: run outside jit
     random: bool = False  # takes key=, a PRNG key from the device generator
     graph_only: bool = False  # a view as a value: for graphs; eager keeps views as metadata
+    # Tensor arguments whose memory layout PyTorch's result depends on (det factors A^T when A is
+    # contiguous, and its backward relies on that): drivers pass `<name>_contiguous=bool`.
+    contiguity: tuple[str, ...] = ()
 
 
 LOWERINGS: dict[torch._ops.OpOverload, Lowering] = {}

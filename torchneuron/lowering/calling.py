@@ -65,7 +65,19 @@ def _is_fake(t) -> bool:
     return type(t).__name__ == "FakeTensor"
 
 
-def invoke(op, lowering: Lowering, args, kwargs, compute=None, key=None) -> tuple:
+def contiguity(op, lowering: Lowering, args, kwargs) -> dict:
+    """`<name>_contiguous` flags for the lowering's `contiguity` arguments, from the tensors (or
+    meta values) a driver holds."""
+    names = [a.name for a in op._schema.arguments]
+    flags = {}
+    for name in lowering.contiguity:
+        i = names.index(name)
+        value = args[i] if i < len(args) else kwargs[name]
+        flags[f"{name}_contiguous"] = bool(value.is_contiguous())
+    return flags
+
+
+def invoke(op, lowering: Lowering, args, kwargs, compute=None, key=None, layout_flags=None) -> tuple:
     """Call `lowering` for functional overload `op`; returns a tuple with one entry per return."""
     schema_args = op._schema.arguments
     kinds = {a.name: kind_of(a) for a in schema_args}
@@ -83,6 +95,8 @@ def invoke(op, lowering: Lowering, args, kwargs, compute=None, key=None) -> tupl
     call_kwargs = {k: prepare(k, v) for k, v in kwargs.items()}
     if lowering.random:
         call_kwargs["key"] = key
+    if layout_flags:
+        call_kwargs.update(layout_flags)
     try:
         result = lowering.fn(*call_args, **call_kwargs)
     except Exception as e:

@@ -287,8 +287,7 @@ def lu_solve(self, LU_data, LU_pivots):
 # det and slogdet: PyTorch factors A^T instead of A when A is contiguous and real (LAPACK wants
 # column-major input; A^T of a row-major A is column-major), and their backward formulas decide
 # which factorization they were given from A.is_contiguous() again. A lowering sees values, not
-# strides, so these take A to be contiguous: `A_contiguous` is where a driver that knows the
-# input's layout would say otherwise. (_linalg_solve_ex returns the LU of A itself, whatever A's
+# strides: both drivers pass `A_contiguous` from the input's layout (Lowering.contiguity). (_linalg_solve_ex returns the LU of A itself, whatever A's
 # layout, as of PyTorch 2.13.)
 
 def _factor_as_pytorch(A, A_contiguous):
@@ -322,14 +321,14 @@ def _det_parts(lu, pivots):
     return diag, parity
 
 
-@lowers(aten._linalg_det.default)
+@lowers(aten._linalg_det.default, contiguity=("A",))
 def linalg_det(A, *, A_contiguous=True):
     _, lu, pivots, _, _ = _factor_as_pytorch(A, A_contiguous)
     diag, parity = _det_parts(lu, pivots)
     return parity * jnp.prod(diag, axis=-1), lu, pivots
 
 
-@lowers(aten._linalg_slogdet.default)
+@lowers(aten._linalg_slogdet.default, contiguity=("A",))
 def linalg_slogdet(A, *, A_contiguous=True):
     _, lu, pivots, _, _ = _factor_as_pytorch(A, A_contiguous)
     diag, parity = _det_parts(lu, pivots)
