@@ -172,7 +172,7 @@ def run_plain(schema: OpSchema, plans: dict, args, kwargs):
 def _buffers(desc: CallDescription) -> list:
     """The call's buffers, with storages never written materialised as zeros."""
     buffers = desc.buffers
-    if None in buffers:
+    if any(b is None for b in buffers):  # not `None in`: that calls jax.Array.__eq__
         firsts = [i for i, h in enumerate(desc.handles) if not h or desc.sharing[h] == i]
         for k, i in enumerate(firsts):
             if buffers[k] is None:
