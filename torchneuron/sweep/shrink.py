@@ -83,7 +83,19 @@ def shrink_dict(d: dict) -> dict:
             out[key] = _token_id(value, vocab)
     _keep_layer_kinds(out)
     _trim_per_layer(d, out)
+    _derived_head_dims(d, out)
     return out
+
+
+def _derived_head_dims(d: dict, out: dict) -> None:
+    """Multi-head latent attention (DeepSeek V3 and kin) derives sizes the rules shrank apart:
+    rotary runs on head_dim = qk_rope_head_dim, and qk_head_dim = nope + rope."""
+    if "qk_rope_head_dim" not in out:
+        return
+    if d.get("head_dim") == d["qk_rope_head_dim"]:
+        out["head_dim"] = out["qk_rope_head_dim"]
+    if "qk_head_dim" in out and "qk_nope_head_dim" in out:
+        out["qk_head_dim"] = out["qk_nope_head_dim"] + out["qk_rope_head_dim"]
 
 
 def _trim_per_layer(d: dict, out: dict) -> None:

@@ -52,7 +52,20 @@ def build(model_type: str):
     config = shrink(CONFIG_MAPPING[model_type], model_type)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    _break_ties(model)
     return model.eval()  # no dropout: CPU and neuron draw different random numbers
+
+
+@torch.no_grad()
+def _break_ties(model) -> None:
+    """Give all-zero weight matrices (zero-initialised MoE routers) small random values. With zero
+    routers every expert scores the same, and which of tied experts topk picks is unspecified in
+    PyTorch (CPU's choice falls out of its partial sort): the sweep would compare tie-breaking
+    rather than the model. CPU and neuron get the same values (neuron copies this model)."""
+    g = torch.Generator().manual_seed(1)
+    for p in model.parameters():
+        if p.dim() >= 2 and p.is_floating_point() and not p.any():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.02)
 
 
 def inputs(model):
