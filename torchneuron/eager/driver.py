@@ -34,7 +34,7 @@ class CallDescription:
     """The tensors and traced scalars of one call, its cache key, and the buffers it reads:
     one per distinct storage, in order of first use (a storage without a handle is its own)."""
 
-    __slots__ = ("buffers", "device", "handles", "key", "scalars", "sharing", "tensors")
+    __slots__ = ("buffers", "device", "handles", "key", "missing", "scalars", "sharing", "tensors")
 
     def __init__(self):
         self.key = []
@@ -43,6 +43,7 @@ class CallDescription:
         self.device = None
         self.handles = []
         self.buffers = []
+        self.missing = False  # a storage never written: its buffer is materialised on use
         self.sharing = {}  # storage handle -> first tensor using it: aliasing, not addresses, keys a plan
 
 
@@ -76,7 +77,10 @@ def _add_tensor(desc: CallDescription, t: torch.Tensor, op) -> None:
     desc.handles.append(handle)
     first = desc.sharing.setdefault(handle, i) if handle else i
     if first == i:
-        desc.buffers.append(storages.buffers.get(handle) if handle else None)
+        buf = storages.buffers.get(handle) if handle else None
+        if buf is None:
+            desc.missing = True
+        desc.buffers.append(buf)
     # Conj and neg bits: PyTorch's math-bit fallbacks pass some ops (copy_, clone, mm...) such
     # views as they are, and expect the kernel to read and write the values they mean.
     desc.key.append((t.shape, t.stride(), offset, t.dtype, first, t.is_conj(), t.is_neg()))
@@ -172,7 +176,7 @@ def run_plain(schema: OpSchema, plans: dict, args, kwargs):
 def _buffers(desc: CallDescription) -> list:
     """The call's buffers, with storages never written materialised as zeros."""
     buffers = desc.buffers
-    if any(b is None for b in buffers):  # not `None in`: that calls jax.Array.__eq__
+    if desc.missing:
         firsts = [i for i, h in enumerate(desc.handles) if not h or desc.sharing[h] == i]
         for k, i in enumerate(firsts):
             if buffers[k] is None:
@@ -268,8 +272,11 @@ class Plan:
         self.n_written = n_written
         self.arg_groups = self.written_groups + self.read_groups
         # The common call returns one fresh tensor: hand it back without assembling returns.
-        self.single_fresh = (len(schema.return_aliases) == 1 and schema.return_aliases[0] is None
-                             and [path for path, _, _ in self.fresh] == [(0,)])
+        single = (len(schema.return_aliases) == 1 and schema.return_aliases[0] is None
+                  and [path for path, _, _ in self.fresh] == [(0,)])
+        self.single_fresh = (self.fresh[0][1].shape, self.fresh[0][1].stride, self.fresh[0][2]) if single else None
+        self.in_order = self.arg_groups == list(range(len(buffers)))
+        self.random = lowering.random
         self.jitted = None if self.data_dependent else jax.jit(
             self._body, donate_argnums=tuple(range(n_written)))
 
@@ -452,11 +459,11 @@ class Plan:
         return (*[new[g] for g in self.written_groups], *fresh)  # flat: the fastest jit outputs
 
     def __call__(self, args, kwargs, desc: CallDescription):
-        buffers = _buffers(desc)
-        rng = _next_rng(self.device, args, kwargs, self.schema) if self.lowering.random else None
+        buffers = _buffers(desc) if desc.missing else desc.buffers
+        rng = _next_rng(self.device, args, kwargs, self.schema) if self.random else None
         if self.jitted is None:
             return self._run_data_dependent(args, kwargs, desc, buffers, rng)
-        flat = [buffers[g] for g in self.arg_groups]
+        flat = list(buffers) if self.in_order else [buffers[g] for g in self.arg_groups]
         if desc.scalars:
             flat += [_SCALAR_TYPES.get(type(v), np.asarray)(v) for v in desc.scalars]
         if rng is not None:
@@ -471,8 +478,8 @@ class Plan:
                 if handles[ti]:
                     table[handles[ti]] = buf
         if self.single_fresh:
-            _, lay, dt = self.fresh[0]
-            t = torch.empty_strided(lay.shape, lay.stride, dtype=dt, device=self.device)
+            shape, stride, dtype = self.single_fresh
+            t = torch.empty_strided(shape, stride, dtype=dtype, device=self.device)
             if t.numel():
                 storages.buffers[t.data_ptr()] = outputs[n_written]
             return t
