@@ -309,8 +309,9 @@ class CompiledGraph:
             if handles[group]:
                 table[handles[group]] = buf
         host_targets = [inputs[i] for i in self.mutated_inputs if entries[i][0] != _BUFFER]
-        for target, value in zip(host_targets, host_new):
-            target.copy_(_from_array(value, target.device, True))
+        # one device-to-host transfer for all mutated host inputs (the optimizer's step counts)
+        for target, value in zip(host_targets, jax.device_get(host_new)):
+            target.copy_(transfer.host_tensor(value, target.dtype))
         results, flat = [], iter(flat)
         inputs_buffers = {id(b) for b in buffers}
         for i, described in enumerate(self.direct_outputs[spec]):
