@@ -47,3 +47,8 @@ def test_grouped_mm():
     _both(lambda a, b: torch._grouped_mm(a, b), b, b, rtol=2e-2, atol=2e-2)
     # the weight gradient's form: 2-D x 2-D, groups over the inner dimension
     _both(lambda a, offs: torch._grouped_mm(a.t(), a, offs=offs), a, offs, rtol=2e-2, atol=2e-2)
+
+
+def test_unfold_negative_dimension():
+    x = torch.randn(3, 10)
+    _both(lambda t: t.unfold(-1, 3, 3) * 2, x)

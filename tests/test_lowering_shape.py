@@ -197,3 +197,10 @@ def test_diag_embed():
     check(lambda t: torch.diag_embed(t), make(torch.int64, 3, 2).t())
     check(lambda t: (torch.diag(t), torch.diag(t, -1)), make(torch.bool, 4))
     check_grad(lambda t: torch.diag_embed(t, 1), x)
+
+
+def test_unfold_backward_overlapping_windows():
+    x = torch.randn(3, 10)
+    check(lambda t: t.unfold(1, 4, 2), x, grad=True)  # windows overlap: gradients add
+    check(lambda t: t.unfold(-1, 3, 3), x, grad=True)
+    check(lambda t: t.unfold(0, 2, 1), x, grad=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -91,3 +92,12 @@ def diag_embed(self, offset=0, dim1=-2, dim2=-1):
     cols = jnp.arange(n) + max(offset, 0)
     out = jnp.zeros(self.shape[:-1] + (size, size), self.dtype).at[..., rows, cols].set(self)
     return jnp.moveaxis(out, (-2, -1), (dim1 % ndim, dim2 % ndim))
+
+
+@lowers(aten.unfold_backward.default)
+def unfold_backward(grad_in, input_sizes, dim, size, step):
+    """The gradient of unfold: each window's gradient added back where the window was read."""
+    from .views import unfold
+    zeros = jnp.zeros(tuple(input_sizes), grad_in.dtype)
+    _, pull = jax.vjp(lambda x: unfold(x, dim, size, step), zeros)
+    return pull(grad_in)[0]

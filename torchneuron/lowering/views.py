@@ -111,6 +111,7 @@ def diagonal(self, offset=0, dim1=0, dim2=1):
 def unfold(self, dimension, size, step):
     if self.ndim == 0:
         return self.reshape(1)
+    dimension %= self.ndim  # the windows' count goes back where the dimension was, not at -1
     n = self.shape[dimension]
     count = (n - size) // step + 1
     starts = jnp.arange(count) * step
