@@ -625,3 +625,15 @@ def test_inplace_overloads_named_unlike_their_functional():
     a, b = torch.randn(6) * 4, torch.rand(6) + 0.5
     check(lambda a, b: a.clone().floor_divide_(b), a, b)
     check(lambda a, b: a.clone().pow_(b), a.abs() + 0.1, b)
+
+
+@pytest.mark.parametrize("fn", [torch.special.i0e, torch.special.i1, torch.special.i1e, torch.special.log_ndtr,
+                                torch.special.modified_bessel_i0, torch.special.modified_bessel_i1,
+                                torch.special.spherical_bessel_j0])
+def test_special_functions(fn):
+    check(fn, torch.cat([torch.linspace(-6, 6, 25), torch.zeros(1)]), rtol=1e-4, atol=1e-6)
+
+
+def test_ndtri_and_complex_broadcast():
+    check(torch.special.ndtri, torch.linspace(0.01, 0.99, 17), rtol=1e-4, atol=1e-6)
+    check(torch.complex, torch.randn(4), torch.tensor(2.0))

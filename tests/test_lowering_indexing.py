@@ -169,3 +169,23 @@ def test_nonzero_masked_select(dtype):
     check(lambda t, m: torch.masked_select(t, m), x, make((4, 5), torch.bool))
     check(lambda t, m: torch.masked_select(t, m), x, make((5,), torch.bool))
     check(lambda t: torch.argwhere(t), x)
+
+
+def test_data_dependent_out_variants_resize_and_fill():
+    a = torch.randn(7, 7)
+    mask = a > 0
+    for fn in (lambda x, m, out: torch.masked_select(x, m, out=out),):
+        out = torch.empty(0, device="neuron")
+        result = fn(a.to("neuron"), mask.to("neuron"), out)
+        assert result is out
+        torch.testing.assert_close(out.cpu(), torch.masked_select(a, mask))
+    out = torch.empty(0, dtype=torch.long, device="neuron")
+    torch.nonzero(mask.to("neuron"), out=out)
+    torch.testing.assert_close(out.cpu(), torch.nonzero(mask))
+
+
+def test_equal_and_narrow_copy():
+    a = torch.randn(4, 5)
+    d = a.to("neuron")
+    assert torch.equal(d, d.clone()) and not torch.equal(d, d + 1) and not torch.equal(d, d[:2])
+    check(lambda t: t.narrow_copy(1, -3, 2), a)

@@ -454,7 +454,10 @@ class Plan:
             buf = storages.bitcast(buf, to_jax(self.dtypes[ti]))
             # storing x through a conj (neg) view stores conj(x) (-x): the bits are self-inverse
             new[g] = write(buf, self.layouts[ti], _apply_bits(_at(results, path), self.bits[ti]))
-        fresh = [flatten(jnp.broadcast_to(_at(results, path), lay.shape).astype(to_jax(dt)), lay)
+        # An empty result takes no values: its meta layout may be empty where the lowering's is
+        # not (eval batch norm's saved statistics).
+        fresh = [jnp.zeros((0,), to_jax(dt)) if lay.numel == 0 else
+                 flatten(jnp.broadcast_to(_at(results, path), lay.shape).astype(to_jax(dt)), lay)
                  for path, lay, dt in self.fresh]
         return (*[new[g] for g in self.written_groups], *fresh)  # flat: the fastest jit outputs
 
@@ -542,6 +545,14 @@ class Plan:
                 storages.buffers[t.data_ptr()] = jax.device_put(res.reshape(-1), devices.jax_device(
                     self.device.index))
             made.append(((r,), t))
+        if self.schema.out_args:  # out= of a data-dependent op: resize the outs, then copy in
+            names = self.schema.names
+            outs = [args[i] if i < len(args) else kwargs[names[i]] for i in self.schema.out_args]
+            for out, (_, t) in zip(outs, made):
+                if out.shape != t.shape:
+                    out.resize_(t.shape)
+                out.copy_(t)
+            return outs[0] if len(outs) == 1 else tuple(outs)
         return self._assemble(args, kwargs, made)
 
 

@@ -84,6 +84,13 @@ HOST_SCALAR_LISTS = {
 }
 
 
+def _equal(self, other):
+    """torch.equal returns a Python bool: same shape and every element equal, computed on device."""
+    if self.shape != other.shape:
+        return False
+    return bool(aten.all.default(aten.eq.Tensor(self, other)).item())
+
+
 def _as_scalar_list(target):
     def kernel(self, tensor1, tensor2, scalars):
         if scalars.device.type != "cpu" or scalars.dim() != 1:
@@ -98,6 +105,7 @@ def register_all() -> None:
     _lib.impl(aten.copy_.default, transfer.copy_, "PrivateUse1")
     _lib.impl(aten._copy_from.default, transfer.copy_from, "PrivateUse1")
     _lib.impl(aten._local_scalar_dense.default, transfer.local_scalar_dense, "PrivateUse1")
+    _lib.impl(aten.equal.default, _equal, "PrivateUse1")
     for op, target in HOST_SCALAR_LISTS.items():
         _lib.impl(op, _as_scalar_list(target), "PrivateUse1")
     for functional, lowering in list(LOWERINGS.items()):

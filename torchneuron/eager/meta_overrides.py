@@ -26,7 +26,24 @@ def _geqrf(A):
     return a, torch.empty((*batch, min(m, n)), dtype=A.dtype, device="meta")
 
 
+def _eval_batch_norm(op, training_index):
+    """In eval mode CPU returns empty saved mean/invstd; PyTorch's meta kernels give (C,) ones."""
+    def meta(*args, **kwargs):
+        out = op(*args, **kwargs)
+        training = True if training_index is None else (
+            args[training_index] if len(args) > training_index else kwargs["training"])
+        if training_index is not None and training:
+            return out
+        return (out[0], out[1].new_empty((0,)), out[2].new_empty((0,)), *out[3:])
+    return meta
+
+
 META_OVERRIDES = {
+    aten._native_batch_norm_legit_no_training.default: _eval_batch_norm(
+        aten._native_batch_norm_legit_no_training.default, None),
+    aten._native_batch_norm_legit_functional.default: _eval_batch_norm(
+        aten._native_batch_norm_legit_functional.default, 5),
+    aten._native_batch_norm_legit.default: _eval_batch_norm(aten._native_batch_norm_legit.default, 5),
     aten._grouped_mm.default: _grouped_mm,
     aten.geqrf.default: _geqrf,
 }

@@ -214,6 +214,16 @@ _FLOAT_UNARY = {
     aten.i0.default: jax.scipy.special.i0,
     aten.sinc.default: jnp.sinc,
     aten.special_erfcx.default: jax.scipy.special.erfcx,
+    aten.special_i0e.default: jax.scipy.special.i0e,
+    aten.special_i1.default: jax.scipy.special.i1,
+    aten.special_i1e.default: jax.scipy.special.i1e,
+    aten.special_ndtri.default: jax.scipy.special.ndtri,
+    aten.special_log_ndtr.default: jax.scipy.special.log_ndtr,
+    aten.special_modified_bessel_i0.default: jax.scipy.special.i0,
+    aten.special_modified_bessel_i1.default: jax.scipy.special.i1,
+    # sin(x)/x, with its limit 1 at 0
+    aten.special_spherical_bessel_j0.default: lambda x: jnp.where(
+        x == 0, jnp.ones_like(x), jnp.sin(x) / jnp.where(x == 0, jnp.ones_like(x), x)),
 }
 for _op, _fn in _FLOAT_UNARY.items():
     lowers(_op, promote=INT_TO_FLOAT, promote_args=SELF)(lambda self, _fn=_fn: _fn(self))
@@ -293,6 +303,7 @@ def conj_physical(self):
 
 @lowers(aten.complex.default)
 def complex_(real, imag):
+    real, imag = jnp.broadcast_arrays(real, imag)
     return lax.complex(real, imag)
 
 

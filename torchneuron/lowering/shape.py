@@ -101,3 +101,9 @@ def unfold_backward(grad_in, input_sizes, dim, size, step):
     zeros = jnp.zeros(tuple(input_sizes), grad_in.dtype)
     _, pull = jax.vjp(lambda x: unfold(x, dim, size, step), zeros)
     return pull(grad_in)[0]
+
+
+@lowers(aten.narrow_copy.default)
+def narrow_copy(self, dim, start, length):
+    start = start + self.shape[dim] if start < 0 else start
+    return lax.slice_in_dim(self, start, start + length, axis=dim)
