@@ -189,3 +189,14 @@ def test_equal_and_narrow_copy():
     d = a.to("neuron")
     assert torch.equal(d, d.clone()) and not torch.equal(d, d + 1) and not torch.equal(d, d[:2])
     check(lambda t: t.narrow_copy(1, -3, 2), a)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda t: torch._unique2(t),
+    lambda t: torch.unique(t, return_inverse=True, return_counts=True),
+    lambda t: torch.unique(t.float(), sorted=False, return_inverse=True),
+    lambda t: torch.unique_consecutive(t, return_inverse=True, return_counts=True),
+    lambda t: torch.unique_consecutive(t.flatten()),
+])
+def test_unique_family(fn):
+    check(fn, torch.tensor([[3, 1, 2, 2], [1, 3, 3, 0]]))

@@ -374,3 +374,12 @@ def test_histc_counts_integers_like_cuda():
     out = torch.histc(x.to("neuron"), bins=8, min=0, max=7)
     assert out.dtype == torch.int32
     torch.testing.assert_close(out.cpu(), torch.bincount(x, minlength=8).to(torch.int32))
+
+
+def test_trace_renorm_and_inplace_polygamma():
+    m = torch.randn(4, 5)
+    check(torch.trace, m, grad=True)
+    check(torch.trace, torch.arange(12).reshape(3, 4))
+    for p, dim in [(2, 0), (1, 1), (float("inf"), 0)]:
+        check(lambda t, p=p, dim=dim: torch.renorm(t, p, dim, 0.5), m, atol=1e-6, rtol=1e-5)
+    check(lambda t: t.clone().polygamma_(2), torch.rand(6) + 0.5)

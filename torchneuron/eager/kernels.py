@@ -84,6 +84,14 @@ HOST_SCALAR_LISTS = {
 }
 
 
+def _polygamma_(self, n):
+    # In-place polygamma takes (self, n), its functional (n, self): no schema-derived variant.
+    result = aten.polygamma.default(n, self)
+    if not torch.can_cast(result.dtype, self.dtype):
+        raise RuntimeError(f"result type {result.dtype} can't be cast to the desired output type {self.dtype}")
+    return self.copy_(result)
+
+
 def _equal(self, other):
     """torch.equal returns a Python bool: same shape and every element equal, computed on device."""
     if self.shape != other.shape:
@@ -106,6 +114,7 @@ def register_all() -> None:
     _lib.impl(aten._copy_from.default, transfer.copy_from, "PrivateUse1")
     _lib.impl(aten._local_scalar_dense.default, transfer.local_scalar_dense, "PrivateUse1")
     _lib.impl(aten.equal.default, _equal, "PrivateUse1")
+    _lib.impl(aten.polygamma_.default, _polygamma_, "PrivateUse1")
     for op, target in HOST_SCALAR_LISTS.items():
         _lib.impl(op, _as_scalar_list(target), "PrivateUse1")
     for functional, lowering in list(LOWERINGS.items()):

@@ -126,7 +126,11 @@ def functional_variant(op, written, out_args) -> torch._ops.OpOverload | None:
         if packet is None:
             return None
         if overload in packet.overloads():
-            return getattr(packet, overload)
+            same_name = getattr(packet, overload)
+            want = [(n, t.replace("Tensor(a!)", "Tensor")) for n, t in _signature(op._schema, set())]
+            if _signature(same_name._schema, set()) == want:
+                return same_name
+            return None  # same name, other arguments (polygamma_(self, n) vs polygamma(n, self))
         return _same_signature(op, packet)
     packet = getattr(aten, name + "_functional", None)
     if packet is not None and op._overloadname in packet.overloads():

@@ -87,3 +87,9 @@ def logspace(start, end, steps, base=10.0, *, dtype=None, layout=None, device=No
 @lowers(aten.eye.default, aten.eye.m)
 def eye(n, m=None, *, dtype=None, layout=None, device=None, pin_memory=None):
     return jnp.eye(n, n if m is None else m, dtype=jnp.bool_)
+
+
+@lowers(aten._efficientzerotensor.default)
+def efficient_zero_tensor(size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    # PyTorch's ZeroTensor is a storage-free zero; here it is an ordinary zero tensor.
+    return jnp.zeros(tuple(size), jnp.float32)

@@ -234,3 +234,34 @@ def index_reduce(self, dim, index, source, reduce, *, include_self=True):
         count = jnp.maximum(count, 1)  # untouched positions keep their value
         out = out / count if jnp.issubdtype(x.dtype, jnp.floating) else jnp.floor_divide(out, count)
     return out.reshape(self.shape)
+
+
+# unique: how many values come back depends on the data, so these run outside jit
+# (data_dependent). CPU sorts even with sorted=False; so do we. Outputs not asked for are empty.
+def _empty_index():
+    return jnp.zeros((0,), jnp.int64)
+
+
+@lowers(aten._unique2.default, data_dependent=True)
+def unique2(self, sorted=True, return_inverse=False, return_counts=False):
+    values, inverse, counts = jnp.unique(self.reshape(-1), return_inverse=True, return_counts=True)
+    return (values, inverse.reshape(self.shape).astype(jnp.int64) if return_inverse else _empty_index(),
+            counts.astype(jnp.int64) if return_counts else _empty_index())
+
+
+@lowers(aten._unique.default, data_dependent=True)
+def unique(self, sorted=True, return_inverse=False):
+    return unique2(self, sorted, return_inverse, False)[:2]
+
+
+@lowers(aten.unique_consecutive.default, data_dependent=True)
+def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None):
+    if dim is not None and self.ndim > 1:
+        raise NotImplementedError("neuron: unique_consecutive with dim")
+    flat = self.reshape(-1)
+    starts = jnp.concatenate([jnp.ones((min(flat.shape[0], 1),), bool), flat[1:] != flat[:-1]])
+    group = jnp.cumsum(starts) - 1
+    values = flat[starts]
+    counts = jnp.bincount(group, length=values.shape[0]) if flat.shape[0] else _empty_index()
+    return (values, group.reshape(self.shape).astype(jnp.int64) if return_inverse else _empty_index(),
+            counts.astype(jnp.int64) if return_counts else _empty_index())

@@ -504,3 +504,22 @@ def bucketize(self, boundaries, *, out_int32=False, right=False):
 @lowers(aten.searchsorted.Tensor, aten.searchsorted.Scalar)
 def searchsorted(sorted_sequence, self, *, out_int32=False, right=False, side=None, sorter=None):
     return _search(sorted_sequence, jnp.asarray(self), right, side, sorter, out_int32)
+
+
+@lowers(aten.trace.default)
+def trace(self):
+    # integer traces sum in int64, as torch.sum does
+    dtype = jnp.int64 if jnp.issubdtype(self.dtype, jnp.integer) or self.dtype == jnp.bool_ else self.dtype
+    return jnp.trace(self).astype(dtype)
+
+
+@lowers(aten.renorm.default)
+def renorm(self, p, dim, maxnorm):
+    """Each slice along `dim` whose p-norm exceeds maxnorm is scaled down to norm maxnorm."""
+    axes = tuple(d for d in range(self.ndim) if d != dim % self.ndim)
+    x = self.astype(jnp.float32) if self.dtype in (jnp.float16, jnp.bfloat16) else self
+    p = jnp.asarray(p, x.dtype)
+    norm = jnp.where(p == jnp.inf, jnp.max(jnp.abs(x), axis=axes, keepdims=True),
+                     jnp.sum(jnp.abs(x) ** p, axis=axes, keepdims=True) ** (1 / p))
+    factor = jnp.where(norm > maxnorm, maxnorm / (norm + 1e-7), 1.0)
+    return (x * factor).astype(self.dtype)
