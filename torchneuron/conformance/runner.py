@@ -61,7 +61,10 @@ class _Mover:
 
 
 def _samples(op, dtype, requires_grad, limit):
-    return itertools.islice(op.sample_inputs("cpu", dtype, requires_grad=requires_grad), limit)
+    name = full_name(op)
+    samples = (s for s in op.sample_inputs("cpu", dtype, requires_grad=requires_grad)
+               if not skips.random_sample(name, s))
+    return itertools.islice(samples, limit)
 
 
 def _attempt(fn, *args, **kwargs):

@@ -33,6 +33,22 @@ SKIP = {
 }
 
 
+# Samples that draw random numbers (dropout inside attention) in ops that are otherwise
+# deterministic: they are left out rather than compared, since CPU and neuron draw differently.
+RANDOM_SAMPLES = {
+    "nn.functional.scaled_dot_product_attention": lambda s: s.kwargs.get("dropout_p", 0) > 0,
+    # multi_head_attention_forward(query, key, value, embed_dim, num_heads, in_proj_weight,
+    #   in_proj_bias, bias_k, bias_v, add_zero_attn, dropout_p, ...): args[9] is dropout_p
+    "nn.functional.multi_head_attention_forward":
+        lambda s: s.kwargs.get("training", True) and len(s.args) > 9 and s.args[9] > 0,
+}
+
+
+def random_sample(name: str, sample) -> bool:
+    predicate = RANDOM_SAMPLES.get(name)
+    return bool(predicate and predicate(sample))
+
+
 def _match(name: str, table: dict[str, list[str]]) -> str | None:
     for reason, patterns in table.items():
         if any(fnmatch.fnmatchcase(name, p) for p in patterns):
