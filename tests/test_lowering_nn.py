@@ -1,7 +1,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from reference import check, to_neuron
+from reference import assert_same, check, to_neuron
 from torch import nn
 
 import torchneuron
@@ -276,3 +276,28 @@ def test_native_batch_norm_ops():
     # the mutating op writes the new running stats into its arguments
     check(lambda x, w, b, rm, rv: (torch.ops.aten._native_batch_norm_legit(x, w, b, rm, rv, True, 0.3, 1e-5), rm,
                                    rv), x, w, b, rm, rv)
+
+
+def test_batch_norm_with_and_without_update():
+    """The batch norm ops of torch.export: running stats written (with_update) or read (no_update);
+    eval batch norms leave the saved statistics empty, as CPU does."""
+    aten = torch.ops.aten
+    x, w, b, g = torch.randn(3, 2, 4), torch.randn(2), torch.randn(2), torch.randn(3, 2, 4)
+    for update in (True, False):
+        stats_cpu, stats_dev = [torch.zeros(2), torch.ones(2)], [torch.zeros(2).to("neuron"), torch.ones(2).to("neuron")]
+        if update:
+            cpu = aten._batch_norm_with_update(x, w, b, *stats_cpu, 0.1, 1e-5)
+            dev = aten._batch_norm_with_update(*(t.to("neuron") for t in (x, w, b)), *stats_dev, 0.1, 1e-5)
+        else:
+            cpu = aten._batch_norm_no_update(x, w, b, *stats_cpu, 0.1, 1e-5)
+            dev = aten._batch_norm_no_update(*(t.to("neuron") for t in (x, w, b)), *stats_dev, 0.1, 1e-5)
+        assert_same(cpu, dev, rtol=1e-5, atol=1e-5)
+        assert_same(stats_cpu, stats_dev, rtol=1e-5, atol=1e-5)
+        grads_cpu = aten.batch_norm_backward(g, x, w, *stats_cpu, cpu[1], cpu[2], update, 1e-5, [True] * 3, cpu[3])
+        grads_dev = aten.batch_norm_backward(g.to("neuron"), x.to("neuron"), w.to("neuron"), *stats_dev,
+                                             dev[1], dev[2], update, 1e-5, [True] * 3, dev[3])
+        assert_same(grads_cpu, grads_dev, rtol=1e-4, atol=1e-4)
+    cpu = torch.native_batch_norm(x, None, None, torch.zeros(2), torch.ones(2), False, 0.1, 1e-5)
+    dev = torch.native_batch_norm(x.to("neuron"), None, None, torch.zeros(2).to("neuron"),
+                                  torch.ones(2).to("neuron"), False, 0.1, 1e-5)
+    assert_same(cpu, dev, rtol=1e-5, atol=1e-5)

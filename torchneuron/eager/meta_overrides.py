@@ -38,7 +38,15 @@ def _eval_batch_norm(op, training_index):
     return meta
 
 
+def _batch_norm_no_update(input, weight, bias, running_mean, running_var, momentum, eps):
+    out = aten._batch_norm_no_update.default(input, weight, bias, running_mean, running_var, momentum, eps)
+    if running_mean is None:
+        return out
+    return (out[0], out[1].new_empty((0,)), out[2].new_empty((0,)), out[3])
+
+
 META_OVERRIDES = {
+    aten._batch_norm_no_update.default: _batch_norm_no_update,
     aten._native_batch_norm_legit_no_training.default: _eval_batch_norm(
         aten._native_batch_norm_legit_no_training.default, None),
     aten._native_batch_norm_legit_functional.default: _eval_batch_norm(

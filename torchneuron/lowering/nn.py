@@ -311,6 +311,35 @@ def native_batch_norm_backward(grad_out, input, weight, running_mean, running_va
     return tuple(g.astype(dt) if m else None for g, dt, m in zip(grads, dtypes, output_mask))
 
 
+# The batch norm ops torch.export and newer decompositions use: _batch_norm_with_update writes
+# the running statistics (its _functional variant returns their new values), _no_update reads them.
+_NO_RESERVE = jnp.zeros((0,), jnp.uint8)  # cuDNN's workspace: empty on CPU, and here
+
+
+@lowers(aten._batch_norm_with_update_functional.default)
+def batch_norm_with_update_functional(input, weight, bias, running_mean, running_var, momentum, eps):
+    out, mean, invstd, var = _batch_norm_train(input, weight, bias, eps)
+    return (out, mean, invstd, _NO_RESERVE, _running_update(running_mean, mean, momentum),
+            _running_update(running_var, _unbiased(var, input), momentum))
+
+
+@lowers(aten._batch_norm_no_update.default)
+def batch_norm_no_update(input, weight, bias, running_mean, running_var, momentum, eps):
+    if running_mean is None:  # no running statistics: the batch's own
+        out, mean, invstd, _ = _batch_norm_train(input, weight, bias, eps)
+        return out, mean, invstd, _NO_RESERVE
+    # CPU leaves the saved statistics empty here (the driver lays them out from its meta override)
+    return (*_batch_norm_eval(input, weight, bias, running_mean, running_var, eps), _NO_RESERVE)
+
+
+@lowers(aten.batch_norm_backward.default)
+def batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_var, update, eps,
+                        output_mask, reserve):
+    train = update or running_mean is None
+    return native_batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_var,
+                                      train, eps, output_mask)
+
+
 def _layer_norm(x, normalized_shape, weight, bias, eps):
     axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
     xu = _up(x)
