@@ -55,7 +55,7 @@ def _device_error(op, a: torch.device, b: torch.device) -> RuntimeError:
 
 def _add_tensor(desc: CallDescription, t: torch.Tensor, op) -> None:
     dev = t.device
-    if dev != desc.device:
+    if desc.device is None or dev != desc.device:  # (comparing a device with None is slow)
         if dev.type != "neuron":
             if t.dim() == 0 and dev.type == "cpu":
                 # PyTorch lets 0-dim CPU tensors take part as scalars in device ops.
