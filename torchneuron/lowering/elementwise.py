@@ -239,10 +239,27 @@ def digamma(self):
 def polygamma(n, self):
     if n == 0:
         return digamma(self)
-    value = jax.scipy.special.polygamma(n, self)
+    value = _polygamma_positive(n, self)
     if n == 1:  # PyTorch's trigamma tends to 0 at +inf, where the series gives NaN
         value = jnp.where(self == jnp.inf, jnp.zeros_like(value), value)
     return value
+
+
+_SHIFT_LIMIT = 64
+
+
+def _polygamma_positive(n, x):
+    """JAX's polygamma (a Hurwitz zeta series) is wrong for negative x. Shift x up by k = ceil(-x)
+    with psi_n(x) = psi_n(x + k) - (-1)^n n! sum_{j<k} 1 / (x + j)^(n + 1); arguments below
+    -_SHIFT_LIMIT keep JAX's value."""
+    k = jnp.clip(jnp.ceil(-x), 0, _SHIFT_LIMIT)
+
+    def add_term(j, acc):
+        return acc + jnp.where(j < k, 1 / (x + j) ** (n + 1), 0)
+
+    terms = lax.fori_loop(0, _SHIFT_LIMIT, add_term, jnp.zeros_like(x))
+    sign = -1.0 if n % 2 else 1.0
+    return jax.scipy.special.polygamma(n, x + k) - sign * math.factorial(n) * terms
 
 
 @lowers(aten.mvlgamma.default, promote=INT_TO_FLOAT, promote_args=SELF)
