@@ -644,3 +644,14 @@ def test_polygamma_negative_arguments(n):
     """JAX's series is wrong below zero; the lowering shifts the argument up first."""
     x = torch.tensor([-8.478, -3.3, -0.7, 0.4, 2.5])
     check(lambda t: torch.polygamma(n, t), x, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_polynomial_v",
+                                  "chebyshev_polynomial_w", "shifted_chebyshev_polynomial_t",
+                                  "hermite_polynomial_h", "hermite_polynomial_he", "laguerre_polynomial_l",
+                                  "legendre_polynomial_p"])
+def test_orthogonal_polynomials(name):
+    fn = getattr(torch.special, name)
+    x = torch.tensor([-1.5, -1.0, -0.3, 0.0, 0.4, 1.0, 2.0])
+    check(fn, x, torch.tensor([-1, 0, 1, 2, 3, 5, 9]), rtol=1e-4, atol=1e-4)  # n per element
+    check(lambda t: fn(t, 2.7), x, rtol=1e-4, atol=1e-4)  # n truncates, as on CPU
