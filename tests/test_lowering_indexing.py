@@ -200,3 +200,9 @@ def test_equal_and_narrow_copy():
 ])
 def test_unique_family(fn):
     check(fn, torch.tensor([[3, 1, 2, 2], [1, 3, 3, 0]]))
+
+
+def test_nonzero_static_pads_and_cuts():
+    x = torch.tensor([[0, 1], [2, 0], [3, 3]])
+    for size, fill in [(6, -1), (2, 7), (0, -1)]:
+        check(lambda t, size=size, fill=fill: torch.nonzero_static(t, size=size, fill_value=fill), x)

@@ -249,3 +249,8 @@ def test_rrelu_with_noise_inplace_writes_self_and_noise():
     assert ((noise[negative] >= 0.1) & (noise[negative] <= 0.3)).all()
     assert (noise[~negative] == 1).all()
     torch.testing.assert_close(got, x * noise)
+
+
+@pytest.mark.parametrize("p", [2.0, 1.0, 0.0, float("inf"), 1.5])
+def test_pdist(p):
+    check(lambda t: F.pdist(t, p), torch.randn(5, 3), grad=True, rtol=1e-4, atol=1e-4)

@@ -202,3 +202,25 @@ def cdist_backward(grad, x1, x2, p, cdist):
             part = jnp.where(diff == 0, zero, part)
     part = jnp.where(dist == 0, zero, part)
     return jnp.sum(part, -2).astype(x1.dtype)
+
+
+# pdist: the upper triangle (i < j, row-major) of the rows' pairwise p-distances, which is
+# cdist of the rows with themselves (direct differences, never the matmul form).
+def _upper_pairs(n):
+    return jnp.triu_indices(n, k=1)
+
+
+@lowers(aten._pdist_forward.default)
+def pdist_forward(self, p=2.0):
+    i, j = _upper_pairs(self.shape[0])
+    return cdist_forward(self, self, p, 2)[i, j]
+
+
+@lowers(aten._pdist_backward.default)
+def pdist_backward(grad, self, p, pdist):
+    n = self.shape[0]
+    i, j = _upper_pairs(n)
+    full = jnp.zeros((n, n), grad.dtype).at[i, j].set(grad)
+    dist = jnp.zeros((n, n), pdist.dtype).at[i, j].set(pdist)
+    # each pair's distance depends on both rows: the (i, j) and (j, i) terms of cdist's gradient
+    return cdist_backward(full + full.T, self, self, p, dist + dist.T)

@@ -265,3 +265,11 @@ def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None
     counts = jnp.bincount(group, length=values.shape[0]) if flat.shape[0] else _empty_index()
     return (values, group.reshape(self.shape).astype(jnp.int64) if return_inverse else _empty_index(),
             counts.astype(jnp.int64) if return_counts else _empty_index())
+
+
+@lowers(aten.nonzero_static.default)
+def nonzero_static(self, *, size, fill_value=-1):
+    """nonzero with a fixed number of rows: padded with fill_value or cut, so it needs no data."""
+    if self.ndim == 0:
+        return jnp.zeros((size, 0), jnp.int64)
+    return jnp.stack(jnp.nonzero(self, size=size, fill_value=fill_value), axis=-1).astype(jnp.int64)
