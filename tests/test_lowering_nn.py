@@ -301,3 +301,17 @@ def test_batch_norm_with_and_without_update():
     dev = torch.native_batch_norm(x.to("neuron"), None, None, torch.zeros(2).to("neuron"),
                                   torch.ones(2).to("neuron"), False, 0.1, 1e-5)
     assert_same(cpu, dev, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_batch_norm_out_variants(training):
+    aten = torch.ops.aten
+    x = torch.randn(3, 2, 4)
+    for op in (aten.native_batch_norm.out, aten._native_batch_norm_legit.out):
+        stats = {"cpu": [torch.zeros(2), torch.ones(2)], "neuron": [torch.zeros(2).to("neuron"), torch.ones(2).to("neuron")]}
+        outs = {d: [torch.empty(0, device=d) for _ in range(3)] for d in stats}
+        for d, running in stats.items():
+            op(x.to(d), None, None, *running, training, 0.1, 1e-5, out=outs[d][0], save_mean=outs[d][1],
+               save_invstd=outs[d][2])
+        assert_same(outs["cpu"], outs["neuron"], rtol=1e-5, atol=1e-5)
+        assert_same(stats["cpu"], stats["neuron"], rtol=1e-5, atol=1e-5)

@@ -84,6 +84,28 @@ HOST_SCALAR_LISTS = {
 }
 
 
+# out= overloads whose functional runs through its own kernel rather than the table (batch
+# norm's redirects): the functional computes, the outs are resized and filled.
+OUT_FROM_FUNCTIONAL = {
+    aten.native_batch_norm.out: aten.native_batch_norm.default,
+    aten._native_batch_norm_legit.out: aten._native_batch_norm_legit.default,
+}
+
+
+def _out_from_functional(op, functional):
+    out_names = [op._schema.arguments[i].name for i in parse(op).out_args]
+
+    def kernel(*args, **kwargs):
+        outs = [kwargs.pop(name) for name in out_names]
+        results = functional(*args, **kwargs)
+        for out, result in zip(outs, results if isinstance(results, tuple) else (results,)):
+            if out.shape != result.shape:
+                out.resize_(result.shape)
+            out.copy_(result)
+        return tuple(outs) if len(outs) > 1 else outs[0]
+    return kernel
+
+
 def _polygamma_(self, n):
     # In-place polygamma takes (self, n), its functional (n, self): no schema-derived variant.
     result = aten.polygamma.default(n, self)
@@ -115,6 +137,8 @@ def register_all() -> None:
     _lib.impl(aten._local_scalar_dense.default, transfer.local_scalar_dense, "PrivateUse1")
     _lib.impl(aten.equal.default, _equal, "PrivateUse1")
     _lib.impl(aten.polygamma_.default, _polygamma_, "PrivateUse1")
+    for op, functional in OUT_FROM_FUNCTIONAL.items():
+        _lib.impl(op, _out_from_functional(op, functional), "PrivateUse1")
     for op, target in HOST_SCALAR_LISTS.items():
         _lib.impl(op, _as_scalar_list(target), "PrivateUse1")
     for functional, lowering in list(LOWERINGS.items()):
