@@ -655,3 +655,11 @@ def test_orthogonal_polynomials(name):
     x = torch.tensor([-1.5, -1.0, -0.3, 0.0, 0.4, 1.0, 2.0])
     check(fn, x, torch.tensor([-1, 0, 1, 2, 3, 5, 9]), rtol=1e-4, atol=1e-4)  # n per element
     check(lambda t: fn(t, 2.7), x, rtol=1e-4, atol=1e-4)  # n truncates, as on CPU
+
+
+def test_zeta_entr_and_eigvals():
+    check(torch.special.zeta, torch.tensor([2.0, 3.0, 0.5, -1.0, 4.5]), torch.tensor([1.0, 2.0, -0.5, 2.0, -2.5]),
+          rtol=1e-4, atol=1e-5)
+    check(lambda q: torch.special.zeta(2.0, q), torch.tensor([1.0, 2.0, 3.5]), rtol=1e-4, atol=1e-5)
+    check(torch.special.entr, torch.tensor([-1.0, 0.0, 0.5, 2.0]))
+    check(torch.linalg.eigvals, torch.tensor([[2.0, 1.0], [0.5, 3.0]]), rtol=1e-4, atol=1e-5)

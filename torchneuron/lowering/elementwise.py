@@ -215,6 +215,7 @@ _FLOAT_UNARY = {
     aten.sinc.default: jnp.sinc,
     aten.special_erfcx.default: jax.scipy.special.erfcx,
     aten.special_i0e.default: jax.scipy.special.i0e,
+    aten.special_entr.default: jax.scipy.special.entr,
     aten.special_i1.default: jax.scipy.special.i1,
     aten.special_i1e.default: jax.scipy.special.i1e,
     aten.special_ndtri.default: jax.scipy.special.ndtri,
@@ -765,3 +766,11 @@ def isin(elements, test_elements, *, assume_unique=False, invert=False):
     found = (elements.astype(common)[..., None] == test.astype(common)).any(-1) if test.size else \
         jnp.zeros(elements.shape, bool)
     return ~found if invert else found
+
+
+@lowers(aten.special_zeta.default, aten.special_zeta.self_scalar, aten.special_zeta.other_scalar,
+        promote=INT_TO_FLOAT)
+def special_zeta(self, other):
+    """Hurwitz zeta(x, q); NaN where x < 1 as on CPU (JAX's series does not say so itself)."""
+    value = jax.scipy.special.zeta(self, other)
+    return jnp.where(self < 1, jnp.nan, value)

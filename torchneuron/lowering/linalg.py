@@ -410,6 +410,6 @@ def linalg_eig(self):
     return values, vectors
 
 
-@lowers(aten._linalg_eigvals.default)
+@lowers(aten._linalg_eigvals.default, aten.linalg_eigvals.default)
 def linalg_eigvals(self):
     return lax.linalg.eig(self, compute_left_eigenvectors=False, compute_right_eigenvectors=False)[0]
