@@ -15,3 +15,16 @@ def no_fallback():
     yield
     torchneuron.config.FALLBACK = saved
     assert torchneuron.fallback_stats() == before
+
+
+@pytest.fixture
+def lowered_only():
+    """Stricter than no_fallback: every op runs as its own lowering, neither on CPU nor through
+    a decomposition (the lowering tests' rule)."""
+    from torchneuron.eager import fallback
+    saved = torchneuron.config.FALLBACK
+    torchneuron.config.FALLBACK = "error"
+    before = dict(fallback.decomposed)
+    yield
+    torchneuron.config.FALLBACK = saved
+    assert dict(fallback.decomposed) == before

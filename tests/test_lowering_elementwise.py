@@ -6,23 +6,10 @@ import torch
 import torch.nn.functional as F
 from reference import check
 
-import torchneuron
-from torchneuron.eager import fallback
-
 NAN, INF = math.nan, math.inf
 
 
-@pytest.fixture(autouse=True)
-def no_fallback():
-    """Every op these tests reach must be lowered: no CPU run, no decomposition."""
-    saved = torchneuron.config.FALLBACK
-    torchneuron.config.FALLBACK = "error"
-    before = fallback.decomposed.copy()
-    try:
-        yield
-    finally:
-        torchneuron.config.FALLBACK = saved
-    assert fallback.decomposed == before, fallback.decomposed - before
+pytestmark = pytest.mark.usefixtures("lowered_only")
 
 
 def floats(dtype=torch.float32, shape=(3, 5), special=True):

@@ -2,19 +2,7 @@ import pytest
 import torch
 from reference import check
 
-import torchneuron
-from torchneuron.eager import fallback
-
-
-@pytest.fixture(autouse=True)
-def no_fallback():
-    """Every op must run as its own lowering: no CPU fallback, no decomposition."""
-    saved = torchneuron.config.FALLBACK
-    torchneuron.config.FALLBACK = "error"
-    before = dict(fallback.decomposed)
-    yield
-    torchneuron.config.FALLBACK = saved
-    assert dict(fallback.decomposed) == before
+pytestmark = pytest.mark.usefixtures("lowered_only")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -4,19 +4,7 @@ import torch.nn.functional as F
 from reference import assert_same, check, to_neuron
 from torch import nn
 
-import torchneuron
-from torchneuron.eager import fallback
-
-
-@pytest.fixture(autouse=True)
-def no_fallback():
-    """Every op must run as its own lowering: no CPU fallback, no decomposition."""
-    saved = torchneuron.config.FALLBACK
-    torchneuron.config.FALLBACK = "error"
-    before = dict(fallback.decomposed)
-    yield
-    torchneuron.config.FALLBACK = saved
-    assert dict(fallback.decomposed) == before
+pytestmark = pytest.mark.usefixtures("lowered_only")
 
 
 FLOATS = [torch.float32, torch.float64]

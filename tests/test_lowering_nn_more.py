@@ -6,20 +6,10 @@ import torch
 import torch.nn.functional as F
 from reference import check
 
-import torchneuron
-from torchneuron.eager import fallback
-
 TOL = {"atol": 1e-5, "rtol": 1e-5}
 
 
-@pytest.fixture(autouse=True)
-def no_fallback():
-    saved = torchneuron.config.FALLBACK
-    torchneuron.config.FALLBACK = "error"
-    before = dict(fallback.decomposed)
-    yield
-    torchneuron.config.FALLBACK = saved
-    assert dict(fallback.decomposed) == before
+pytestmark = pytest.mark.usefixtures("lowered_only")
 
 
 # ----------------------------------------------------------------------------- upsampling
