@@ -383,3 +383,22 @@ def test_trace_renorm_and_inplace_polygamma():
     for p, dim in [(2, 0), (1, 1), (float("inf"), 0)]:
         check(lambda t, p=p, dim=dim: torch.renorm(t, p, dim, 0.5), m, atol=1e-6, rtol=1e-5)
     check(lambda t: t.clone().polygamma_(2), torch.rand(6) + 0.5)
+
+
+@pytest.mark.parametrize("kwargs", [{"bins": 2}, {"bins": 3, "range": (0.0, 4.0)}, {"bins": 7},
+                                    {"bins": 5, "range": (-1.0, 1.0), "density": True}])
+def test_histogram_bin_count(kwargs):
+    torch.manual_seed(0)
+    for x in (torch.ones(3), torch.tensor([[1.0, 2.0], [3.0, 9.0]]), torch.randn(100)):
+        check(lambda t: torch.histogram(t, **kwargs), x)
+
+
+def test_histogram_edges_weights_and_out():
+    x, edges, w = torch.tensor([1.0, 2.0, 3.0, 4.0, -1.0]), torch.tensor([0.0, 1.5, 3.0, 4.0]), torch.rand(5)
+    check(lambda t, e, w: torch.histogram(t, bins=e, weight=w, density=True), x, edges, w)
+
+    def with_out(t):
+        hist, bin_edges = torch.empty(0, device=t.device), torch.empty(0, device=t.device)
+        torch.histogram(t, bins=3, out=(hist, bin_edges))
+        return hist, bin_edges
+    check(with_out, x)

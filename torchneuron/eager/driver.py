@@ -318,22 +318,28 @@ class Plan:
         return margs, mkwargs, meta_tensors
 
     def _run_meta(self, margs, mkwargs):
+        missing = (NotImplementedError, torch._subclasses.fake_tensor.UnsupportedOperatorException)
+        functional = self.schema.functional
         try:
-            if self.op not in META_OVERRIDES and self.schema.out_args \
-                    and self.schema.functional in META_OVERRIDES:
-                return self._run_meta_out(margs, mkwargs)
+            if self.op not in META_OVERRIDES and self.schema.out_args and functional in META_OVERRIDES:
+                return self._run_meta_out(margs, mkwargs, META_OVERRIDES[functional])
             return META_OVERRIDES.get(self.op, self.op)(*margs, **mkwargs)
-        except (NotImplementedError, torch._subclasses.fake_tensor.UnsupportedOperatorException):
+        except missing:
+            if not self.schema.out_args or functional is None:
+                return None
+        try:  # an out= overload without a meta kernel: its functional's (histogram.bin_ct_out)
+            return self._run_meta_out(margs, mkwargs, functional)
+        except missing:
             return None
 
-    def _run_meta_out(self, margs, mkwargs):
-        """An out= overload whose functional has an override: its results resize the out tensors
-        as PyTorch's resize_output does."""
+    def _run_meta_out(self, margs, mkwargs, functional_meta):
+        """An out= overload whose functional has an override (or the only meta kernel): its results
+        resize the out tensors as PyTorch's resize_output does."""
         names = self.schema.names
         out_names = {names[i] for i in self.schema.out_args}
         fargs = [a for i, a in enumerate(margs) if i not in self.schema.out_args]
         fkwargs = {k: v for k, v in mkwargs.items() if k not in out_names}
-        results = META_OVERRIDES[self.schema.functional](*fargs, **fkwargs)
+        results = functional_meta(*fargs, **fkwargs)
         results = results if isinstance(results, tuple) else (results,)
         outs = [margs[i] if i < len(margs) else mkwargs[names[i]] for i in self.schema.out_args]
         for out, result in zip(outs, results):

@@ -45,7 +45,16 @@ def _batch_norm_no_update(input, weight, bias, running_mean, running_var, moment
     return (out[0], out[1].new_empty((0,)), out[2].new_empty((0,)), out[3])
 
 
+def _histogram(self, bins=100, *, range=None, weight=None, density=False):
+    # PyTorch has no meta kernel for histogram: bins counts and bins + 1 edges in self's dtype
+    n = bins if isinstance(bins, int) else bins.shape[0] - 1
+    return (torch.empty((n,), dtype=self.dtype, device="meta"),
+            torch.empty((n + 1,), dtype=self.dtype, device="meta"))
+
+
 META_OVERRIDES = {
+    aten.histogram.bin_ct: _histogram,
+    aten.histogram.bins_tensor: _histogram,
     aten._batch_norm_no_update.default: _batch_norm_no_update,
     aten._native_batch_norm_legit_no_training.default: _eval_batch_norm(
         aten._native_batch_norm_legit_no_training.default, None),

@@ -92,3 +92,39 @@ def _groups(offs, n):
     position = jnp.arange(n)
     starts = jnp.concatenate([jnp.zeros(1, offs.dtype), offs[:-1]])
     return ((position[None, :] >= starts[:, None]) & (position[None, :] < offs[:, None])).astype(jnp.float32)
+
+
+# torch.histogram: counts (or weight sums, or densities) over bin edges, the last bin closed.
+def _histogram(x, edges, weight, density):
+    x = x.reshape(-1)
+    n = edges.shape[0] - 1
+    lo, hi = edges[0], edges[-1]
+    # CPU's way: a linear guess, then one step left or right against the actual edges
+    guess = jnp.floor((x - lo) * n / jnp.where(hi > lo, hi - lo, 1)).astype(jnp.int64)
+    guess = jnp.clip(guess, 0, n - 1)
+    guess = jnp.where(x < edges[guess], guess - 1, jnp.where(x >= edges[jnp.minimum(guess + 1, n)], guess + 1,
+                                                                 guess))
+    index = jnp.where(x == hi, n - 1, jnp.clip(guess, 0, n - 1))
+    inside = (x >= lo) & (x <= hi)
+    w = jnp.ones_like(x) if weight is None else weight.reshape(-1).astype(x.dtype)
+    hist = jnp.zeros(n, x.dtype).at[jnp.where(inside, index, n)].add(w, mode="drop")
+    if density:
+        hist = hist / (jnp.sum(hist) * jnp.diff(edges))
+    return hist, edges
+
+
+@lowers(aten.histogram.bin_ct)
+def histogram_bin_ct(self, bins=100, *, range=None, weight=None, density=False):
+    if range is not None:
+        lo, hi = jnp.asarray(range[0], self.dtype), jnp.asarray(range[1], self.dtype)
+    else:
+        lo, hi = jnp.min(self, initial=0), jnp.max(self, initial=0)
+        if self.size:
+            lo, hi = jnp.min(self), jnp.max(self)
+    lo, hi = jnp.where(lo == hi, lo - 0.5, lo), jnp.where(lo == hi, hi + 0.5, hi)
+    return _histogram(self, jnp.linspace(lo, hi, bins + 1).astype(self.dtype), weight, density)
+
+
+@lowers(aten.histogram.bins_tensor)
+def histogram_bins_tensor(self, bins, *, weight=None, density=False):
+    return _histogram(self, bins.astype(self.dtype), weight, density)
