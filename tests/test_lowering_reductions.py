@@ -402,3 +402,10 @@ def test_histogram_edges_weights_and_out():
         torch.histogram(t, bins=3, out=(hist, bin_edges))
         return hist, bin_edges
     check(with_out, x)
+
+
+def test_hash_tensor_matches_cpu_bits():
+    for x in (torch.tensor([[1.5, 2.0], [3.0, -1.0]]), torch.tensor([1, 2, 3]), torch.tensor([True, False]),
+              torch.tensor([-1], dtype=torch.int8), torch.randn(3, 4, 5)):
+        check(torch.hash_tensor, x)
+        check(lambda t: torch.hash_tensor(t, dim=[0], keepdim=True), x)

@@ -523,3 +523,14 @@ def renorm(self, p, dim, maxnorm):
                      jnp.sum(jnp.abs(x) ** p, axis=axes, keepdims=True) ** (1 / p))
     factor = jnp.where(norm > maxnorm, maxnorm / (norm + 1e-7), 1.0)
     return (x * factor).astype(self.dtype)
+
+
+@lowers(aten.hash_tensor.default)
+def hash_tensor(self, dim=(), *, keepdim=False, mode=0):
+    """XOR of the elements' bits, as CPU computes it: floats widened to float64, integers and
+    bools to int64, each read as uint64."""
+    wide = self.astype(jnp.float64) if jnp.issubdtype(self.dtype, jnp.floating) else self.astype(jnp.int64)
+    bits = lax.bitcast_convert_type(wide, jnp.uint64)
+    axes = tuple(d % max(self.ndim, 1) for d in dim) if len(dim) else tuple(range(self.ndim))
+    out = lax.reduce(bits, jnp.uint64(0), lax.bitwise_xor, axes)
+    return jnp.expand_dims(out, axes) if keepdim else out
