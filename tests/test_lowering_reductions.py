@@ -409,3 +409,13 @@ def test_hash_tensor_matches_cpu_bits():
               torch.tensor([-1], dtype=torch.int8), torch.randn(3, 4, 5)):
         check(torch.hash_tensor, x)
         check(lambda t: torch.hash_tensor(t, dim=[0], keepdim=True), x)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "prod", "max", "min", "mean"])
+def test_segment_reduce(reduce):
+    data, lengths = torch.randn(5, 3), torch.tensor([0, 1, 2, 2])
+    offsets = torch.tensor([0, 0, 1, 3, 5])
+    check(lambda d, n: torch.segment_reduce(d, reduce, lengths=n), data, lengths, grad=True)
+    check(lambda d, o: torch.segment_reduce(d, reduce, offsets=o, initial=2.0), data, offsets, grad=True)
+    batched, batched_lengths = torch.arange(12.0).reshape(2, 6), torch.tensor([[1, 2, 3], [3, 3, 0]])
+    check(lambda d, n: torch.segment_reduce(d, reduce, lengths=n, axis=1), batched, batched_lengths)

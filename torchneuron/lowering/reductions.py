@@ -534,3 +534,52 @@ def hash_tensor(self, dim=(), *, keepdim=False, mode=0):
     axes = tuple(d % max(self.ndim, 1) for d in dim) if len(dim) else tuple(range(self.ndim))
     out = lax.reduce(bits, jnp.uint64(0), lax.bitwise_xor, axes)
     return jnp.expand_dims(out, axes) if keepdim else out
+
+
+# segment_reduce: reduce runs of rows along `axis`; lengths (or offsets) have shape
+# data.shape[:axis] + (segments,), so the leading dimensions map over the 1-D case.
+def _segment_1d(data, lengths, reduce, initial):
+    segments = lengths.shape[0]
+    ends = jnp.cumsum(lengths)
+    ids = jnp.searchsorted(ends, jnp.arange(data.shape[0]), side="right")  # past the end: dropped
+    ops = {"sum": jax.ops.segment_sum, "mean": jax.ops.segment_sum, "prod": _segment_prod,
+           "max": jax.ops.segment_max, "min": jax.ops.segment_min}
+    out = ops[reduce](data, ids, segments)
+    shape = (segments,) + (1,) * (data.ndim - 1)
+    count = jax.ops.segment_sum(jnp.ones_like(ids, data.dtype), ids, segments).reshape(shape)
+    if initial is not None:
+        init = jnp.asarray(initial, data.dtype)
+        out = {"sum": out + init, "mean": out + init, "prod": out * init,
+               "max": jnp.maximum(out, init), "min": jnp.minimum(out, init)}[reduce]
+    if reduce == "mean":
+        out = out / count if initial is None else jnp.where(count > 0, out / jnp.maximum(count, 1), init)
+    return out
+
+
+def _segment_prod(data, ids, segments):
+    # A mask over (segments, rows) rather than scatter-multiply: JAX differentiates this one.
+    member = (ids[None, :] == jnp.arange(segments)[:, None]).reshape((segments, -1) + (1,) * (data.ndim - 1))
+    return jnp.prod(jnp.where(member, data[None], jnp.ones((), data.dtype)), axis=1)
+
+
+def _segment(data, reduce, lengths, axis, initial):
+    fn = lambda d, n: _segment_1d(d, n, reduce, initial)
+    for _ in range(axis):
+        fn = jax.vmap(fn)
+    return fn(data, lengths)
+
+
+def _lengths(lengths, offsets):
+    return lengths if lengths is not None else jnp.diff(offsets, axis=-1)
+
+
+@lowers(aten.segment_reduce.default, static_scalars=True)
+def segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0, unsafe=False,
+                   initial=None):
+    return _segment(data, reduce, _lengths(lengths, offsets), axis % data.ndim, initial)
+
+
+@lowers(aten._segment_reduce_backward.default, static_scalars=True)
+def segment_reduce_backward(grad, output, data, reduce, *, lengths=None, offsets=None, axis=0, initial=None):
+    _, pull = jax.vjp(lambda d: _segment(d, reduce, _lengths(lengths, offsets), axis % data.ndim, initial), data)
+    return pull(grad.astype(data.dtype))[0]
