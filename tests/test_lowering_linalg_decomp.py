@@ -212,3 +212,12 @@ def test_geqrf_out_resized_like_cpu():
     for c, d in zip(cpu, dev):
         assert d.stride() == c.stride()
         torch.testing.assert_close(d.cpu(), c, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("driver", [None, "gels", "gelsd", "gelss"])
+def test_lstsq_output_conventions(driver):
+    """Which outputs are empty depends on the driver, the shape and the rank, as on CPU."""
+    torch.manual_seed(0)
+    for a, b in [(torch.randn(5, 3), torch.randn(5, 2)), (torch.randn(2, 5, 3), torch.randn(2, 5, 2)),
+                 (torch.randn(3, 5), torch.randn(3, 2)), (torch.randn(5, 3), torch.randn(5))]:
+        check(lambda a, b: torch.linalg.lstsq(a, b, driver=driver), a, b, rtol=1e-4, atol=1e-4)

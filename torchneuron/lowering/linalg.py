@@ -413,3 +413,26 @@ def linalg_eig(self):
 @lowers(aten._linalg_eigvals.default, aten.linalg_eigvals.default)
 def linalg_eigvals(self):
     return lax.linalg.eig(self, compute_left_eigenvectors=False, compute_right_eigenvectors=False)[0]
+
+
+@lowers(aten.linalg_lstsq.default, data_dependent=True)
+def linalg_lstsq(self, b, rcond=None, *, driver=None):
+    """Least squares with CPU's output conventions, which depend on the driver and on the data:
+    residuals only for m > n, a driver other than gelsy and full-rank matrices; rank unless gels;
+    singular values for gelsd/gelss. (Run outside jit: the residuals' size depends on the rank.)"""
+    driver = driver or "gelsy"
+    m, n = self.shape[-2:]
+    vector = b.ndim == self.ndim - 1
+    rhs = b[..., None] if vector else b
+    s = jnp.linalg.svd(self, compute_uv=False)
+    cutoff = (jnp.finfo(self.dtype).eps * max(m, n) if rcond is None or rcond < 0 else rcond)
+    rank = jnp.sum(s > cutoff * s[..., :1], axis=-1).astype(jnp.int64)
+    solution = jnp.linalg.pinv(self, rtol=cutoff) @ rhs
+    full_rank = bool(jnp.all(rank == min(m, n)))
+    if m > n and driver != "gelsy" and full_rank:
+        residuals = jnp.sum(jnp.abs(self @ solution - rhs) ** 2, axis=-2)
+    else:
+        residuals = jnp.zeros((0,), self.dtype)
+    return (solution[..., 0] if vector else solution, residuals,
+            rank if driver != "gels" else jnp.zeros((0,), jnp.int64),
+            s if driver in ("gelsd", "gelss") else jnp.zeros((0,), s.dtype))
