@@ -419,3 +419,8 @@ def test_segment_reduce(reduce):
     check(lambda d, o: torch.segment_reduce(d, reduce, offsets=o, initial=2.0), data, offsets, grad=True)
     batched, batched_lengths = torch.arange(12.0).reshape(2, 6), torch.tensor([[1, 2, 3], [3, 3, 0]])
     check(lambda d, n: torch.segment_reduce(d, reduce, lengths=n, axis=1), batched, batched_lengths)
+
+
+def test_hash_tensor_of_a_scalar():
+    check(lambda t: torch.hash_tensor(t, dim=0, keepdim=True), torch.tensor(2.5))
+    check(torch.hash_tensor, torch.tensor(2.5))

@@ -531,7 +531,8 @@ def hash_tensor(self, dim=(), *, keepdim=False, mode=0):
     bools to int64, each read as uint64."""
     wide = self.astype(jnp.float64) if jnp.issubdtype(self.dtype, jnp.floating) else self.astype(jnp.int64)
     bits = lax.bitcast_convert_type(wide, jnp.uint64)
-    axes = tuple(d % max(self.ndim, 1) for d in dim) if len(dim) else tuple(range(self.ndim))
+    dim = [dim] if isinstance(dim, int) else list(dim)
+    axes = tuple(range(self.ndim)) if not dim else tuple(d % self.ndim for d in dim) if self.ndim else ()
     out = lax.reduce(bits, jnp.uint64(0), lax.bitwise_xor, axes)
     return jnp.expand_dims(out, axes) if keepdim else out
 
