@@ -10,13 +10,13 @@ ceiling). Also each first call (compile) time, and ratios to the jax.jit time.
 from __future__ import annotations
 
 import math
-import statistics
 import time
 
 import jax
 import jax.numpy as jnp
 import torch
 import torch._dynamo
+from timing import seconds_per_call, sync_for
 
 import torchneuron  # noqa: F401
 from torchneuron.testing.models import GPT, batches
@@ -30,17 +30,7 @@ def timed(fn, sync, repeat=10, rounds=3):
     fn()
     sync()
     first = time.perf_counter() - start
-    for _ in range(3):
-        fn()
-    sync()
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(repeat):
-            fn()
-        sync()
-        times.append((time.perf_counter() - start) / repeat * 1e3)
-    return first, statistics.median(times)
+    return first, seconds_per_call(fn, sync, repeat, rounds, warmup=3) * 1e3
 
 
 def torch_case(device, compile_backend=None):
@@ -62,7 +52,7 @@ def torch_case(device, compile_backend=None):
 
     if compile_backend:
         step, forward = torch.compile(step, backend=compile_backend), torch.compile(forward, backend=compile_backend)
-    sync = torch.neuron.synchronize if device == "neuron" else (lambda: None)
+    sync = sync_for(device)
     return timed(step, sync), timed(forward, sync)
 
 

@@ -8,29 +8,15 @@ neuron / CPU for each.
 """
 from __future__ import annotations
 
-import statistics
-import time
-
 import torch
+from timing import seconds_per_call, sync_for
 
 import torchneuron  # noqa: F401
 from torchneuron.testing.models import GPT
 
 
 def per_call_us(fn, device: str, repeat: int, rounds: int = 5) -> float:
-    """Median over rounds of the mean time per call; waits for the device at the end of each round."""
-    for _ in range(max(3, repeat // 10)):
-        fn()
-    sync = torch.neuron.synchronize if device == "neuron" else (lambda: None)
-    sync()
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(repeat):
-            fn()
-        sync()
-        times.append((time.perf_counter() - start) / repeat * 1e6)
-    return statistics.median(times)
+    return seconds_per_call(fn, sync_for(device), repeat, rounds, warmup=max(3, repeat // 10)) * 1e6
 
 
 def small_ops(device: str) -> dict[str, float]:

@@ -18,13 +18,18 @@ def no_fallback():
 
 
 @pytest.fixture
-def lowered_only():
+def lowered_only(no_fallback):
     """Stricter than no_fallback: every op runs as its own lowering, neither on CPU nor through
     a decomposition (the lowering tests' rule)."""
     from torchneuron.eager import fallback
-    saved = torchneuron.config.FALLBACK
-    torchneuron.config.FALLBACK = "error"
     before = dict(fallback.decomposed)
     yield
-    torchneuron.config.FALLBACK = saved
     assert dict(fallback.decomposed) == before
+
+
+@pytest.fixture
+def fresh_dynamo():
+    """Compile tests start and end with Dynamo's caches empty."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()

@@ -3,16 +3,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import torchneuron
-
 N = "neuron"
 
 
-@pytest.fixture(autouse=True)
-def no_fallback():
-    old, torchneuron.config.FALLBACK = torchneuron.config.FALLBACK, "error"
-    yield
-    torchneuron.config.FALLBACK = old
+pytestmark = pytest.mark.usefixtures("no_fallback")
+
 
 
 def _inputs():

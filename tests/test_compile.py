@@ -7,12 +7,8 @@ import torchneuron
 from torchneuron.compile import compile_stats
 from torchneuron.testing.models import CNN, GPT, MLP, batches, loss_of
 
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
 
 
 def _inputs(kind):

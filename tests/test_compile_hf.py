@@ -4,7 +4,6 @@ import pytest
 import torch
 import torch._dynamo
 
-import torchneuron
 from torchneuron.compile import compile_stats
 
 transformers = pytest.importorskip("transformers")
@@ -28,12 +27,8 @@ def _config(kind):
     return config
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo(monkeypatch):
-    monkeypatch.setattr(torchneuron.config, "FALLBACK", "error")
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo", "no_fallback")
+
 
 
 @pytest.mark.parametrize("kind,dtype,tol", [

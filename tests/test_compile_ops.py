@@ -3,16 +3,10 @@ import pytest
 import torch
 import torch._dynamo
 
-import torchneuron
 from tests.reference import check
 
+pytestmark = pytest.mark.usefixtures("fresh_dynamo", "no_fallback")
 
-@pytest.fixture(autouse=True)
-def no_fallback(monkeypatch):
-    monkeypatch.setattr(torchneuron.config, "FALLBACK", "error")
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
 
 
 def _both(fn, *args, **kwargs):

@@ -4,16 +4,11 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-import torchneuron
-
 N = "neuron"
 
 
-@pytest.fixture(autouse=True)
-def no_fallback():
-    old, torchneuron.config.FALLBACK = torchneuron.config.FALLBACK, "error"
-    yield
-    torchneuron.config.FALLBACK = old
+pytestmark = pytest.mark.usefixtures("no_fallback")
+
 
 
 def _draw():

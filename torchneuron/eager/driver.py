@@ -21,7 +21,7 @@ from ..lowering import LOWERINGS, Lowering, calling
 from ..runtime import devices, storages
 from ..runtime.dtypes import to_jax
 from . import overlap
-from .layout import Layout, flatten, read, write
+from .layout import Layout, apply_math_bits, flatten, read, write
 from .meta_overrides import META_OVERRIDES
 from .schema import Kind, OpSchema
 
@@ -459,7 +459,7 @@ class Plan:
             buf = new.get(g, buffers[g])
             buf = storages.bitcast(buf, to_jax(self.dtypes[ti]))
             # storing x through a conj (neg) view stores conj(x) (-x): the bits are self-inverse
-            new[g] = write(buf, self.layouts[ti], _apply_bits(_at(results, path), self.bits[ti]))
+            new[g] = write(buf, self.layouts[ti], apply_math_bits(_at(results, path), self.bits[ti]))
         # An empty result takes no values: its meta layout may be empty where the lowering's is
         # not (eval batch norm's saved statistics).
         fresh = [jnp.zeros((0,), to_jax(dt)) if lay.numel == 0 else
@@ -537,7 +537,7 @@ class Plan:
 
     def _read_all(self, buffers):
         """Every tensor argument's values: its layout read from its buffer, math bits applied."""
-        return [_apply_bits(read(storages.bitcast(buffers[g], to_jax(dt)), lay), bits)
+        return [apply_math_bits(read(storages.bitcast(buffers[g], to_jax(dt)), lay), bits)
                 for g, dt, lay, bits in zip(self.groups, self.dtypes, self.layouts, self.bits)]
 
     def _run_data_dependent(self, args, kwargs, desc, buffers, rng):
@@ -554,21 +554,18 @@ class Plan:
         if self.schema.out_args:  # out= of a data-dependent op: resize the outs, then copy in
             names = self.schema.names
             outs = [args[i] if i < len(args) else kwargs[names[i]] for i in self.schema.out_args]
-            for out, (_, t) in zip(outs, made):
-                if out.shape != t.shape:
-                    out.resize_(t.shape)
-                out.copy_(t)
-            return outs[0] if len(outs) == 1 else tuple(outs)
+            return fill_outs(outs, [t for _, t in made])
         return self._assemble(args, kwargs, made)
 
 
-def _apply_bits(value, bits):
-    conj, neg = bits
-    if conj:
-        value = jnp.conj(value)
-    if neg:
-        value = -value
-    return value
+def fill_outs(outs, results):
+    """out= after the fact: each out resized to its result's shape (PyTorch's resize_output), then
+    filled by a copy; returns the outs as the op returns them."""
+    for out, result in zip(outs, results):
+        if out.shape != result.shape:
+            out.resize_(result.shape)
+        out.copy_(result)
+    return tuple(outs) if len(outs) > 1 else outs[0]
 
 
 def _slots_per_arg(indexed_args) -> dict[int, list[int]]:

@@ -98,11 +98,7 @@ def _out_from_functional(op, functional):
     def kernel(*args, **kwargs):
         outs = [kwargs.pop(name) for name in out_names]
         results = functional(*args, **kwargs)
-        for out, result in zip(outs, results if isinstance(results, tuple) else (results,)):
-            if out.shape != result.shape:
-                out.resize_(result.shape)
-            out.copy_(result)
-        return tuple(outs) if len(outs) > 1 else outs[0]
+        return driver.fill_outs(outs, results if isinstance(results, tuple) else (results,))
     return kernel
 
 

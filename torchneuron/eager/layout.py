@@ -99,3 +99,14 @@ def write(buffer, layout: Layout, value):
 
 def covers(layout: Layout, buffer_length: int) -> bool:
     return layout.offset == 0 and layout.numel == buffer_length and layout.dense_order() is not None
+
+
+def apply_math_bits(value, bits):
+    """The values a conj- and/or neg-bit view means, from what it stores; (conj, neg) are
+    self-inverse, so the same turns a meant value into what to store through such a view."""
+    conj, neg = bits
+    if conj:
+        value = jnp.conj(value)
+    if neg:
+        value = -value
+    return value

@@ -14,7 +14,7 @@ import torch
 
 from ..runtime import devices, storages
 from ..runtime.dtypes import to_jax
-from .layout import Layout, read
+from .layout import Layout, apply_math_bits, read
 
 
 @functools.lru_cache(maxsize=4096)
@@ -83,11 +83,7 @@ def host_tensor(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
 
 def _logical(t: torch.Tensor, value):
     """The values a conj- or neg-bit view means, from the physical values it stores."""
-    if t.is_conj():
-        value = value.conj()
-    if t.is_neg():
-        value = -value
-    return value
+    return apply_math_bits(value, (t.is_conj(), t.is_neg()))
 
 
 def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
