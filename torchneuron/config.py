@@ -8,9 +8,13 @@ ENVIRONMENT = {
     "TORCHNEURON_CORES": "number of NeuronCores on the cpu platform; default 2",
     "TORCHNEURON_MEMORY_LIMIT": "bytes each NeuronCore may hold before torch.OutOfMemoryError",
     "TORCHNEURON_FALLBACK": "'cpu' (default) runs ops without a lowering on CPU, counted; 'error' refuses",
+    "TORCHNEURON_ASYNC_DISPATCH": "'1' queues XLA:CPU work on a worker thread; default '0' runs it inline",
 }
 
 PLATFORM = os.environ.get("TORCHNEURON_PLATFORM", "cpu")
 CORES = int(os.environ.get("TORCHNEURON_CORES", "2"))
 MEMORY_LIMIT = os.environ.get("TORCHNEURON_MEMORY_LIMIT")
 FALLBACK = os.environ.get("TORCHNEURON_FALLBACK", "cpu")
+# Inline execution saves about 4 µs per eager op on XLA:CPU, where handing a small op to a worker
+# thread costs more than running it; accelerators always run asynchronously.
+ASYNC_DISPATCH = os.environ.get("TORCHNEURON_ASYNC_DISPATCH", "0") == "1"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import operator
 import os
 import threading
@@ -26,7 +27,7 @@ from .. import random as neuron_random
 from ..eager import transfer
 from ..eager.layout import Layout, read, write
 from ..lowering import LOWERINGS, calling
-from ..runtime import devices, storages
+from ..runtime import storages
 from ..runtime.dtypes import to_jax, to_torch
 from . import buckets
 
@@ -152,18 +153,22 @@ class CompiledGraph:
         for kind, where, layout, dtype in entries:
             if kind == _BUFFER:
                 inputs.append(read(storages.bitcast(buffers[where], to_jax(dtype)), layout))
+            elif kind == _HOST:
+                start, shape = where
+                inputs.append(host[str(dtype)][start:start + math.prod(shape)].reshape(shape))
             else:
-                inputs.append(host[where] if kind == _HOST else where)
+                inputs.append(where)
         outputs, mutated = self._evaluate(inputs, rng, None)
         new = {}
-        host_new = []
+        host_new: dict = {}  # host dtype -> flat new values of its mutated inputs, in input order
         for index, value in zip(self.mutated_inputs, mutated):
             kind, group, layout, dtype = entries[index]
-            if kind != _BUFFER:
-                host_new.append(value)
+            if kind == _HOST:
+                host_new.setdefault(str(dtype), []).append(value.reshape(-1))
                 continue
             buf = storages.bitcast(new.get(group, buffers[group]), to_jax(dtype))
             new[group] = write(buf, layout, value)
+        host_new = {dt: jax.numpy.concatenate(values) for dt, values in host_new.items()}
         described, flat = [], []
         for o in outputs:
             if hasattr(o, "shape"):
@@ -269,14 +274,16 @@ class CompiledGraph:
     def _call_direct(self, inputs):
         storages.maybe_drain()
         device = self._device(inputs)
-        entries, buffers, handles, host = [], [], [], []
+        entries, buffers, handles = [], [], []
+        host: dict = {}  # dtype name -> host inputs' values, flat: one transfer per dtype, not per input
         group_of: dict[int, int] = {}
         for x in inputs:
             if not isinstance(x, torch.Tensor):
                 entries.append((_STATIC, x, None, None))
             elif x.device.type != "neuron":
-                entries.append((_HOST, len(host), None, x.dtype))
-                host.append(transfer.cpu_numpy(x))  # numpy: jit moves it with the call
+                values = host.setdefault(str(x.dtype), [])
+                entries.append((_HOST, (sum(v.size for v in values), tuple(x.shape)), None, x.dtype))
+                values.append(transfer.cpu_numpy(x).reshape(-1))
             else:
                 offset = x.storage_offset()
                 handle = x.data_ptr() - offset * x.element_size() if x.numel() else 0
@@ -297,6 +304,7 @@ class CompiledGraph:
             seed, offset = neuron_random.next_seed_and_offset(device, None)
             rng = (np.uint64(seed), np.uint64(offset))
         compiles = _stats["compiles"]
+        host = {dt: np.concatenate(values) for dt, values in host.items()}  # numpy: moved with the call
         flat, new_buffers, host_new = self.direct(
             [buffers[g] for g in mutated_groups], [buffers[g] for g in kept_groups], host, spec, rng)
         if _stats["compiles"] != compiles:
@@ -308,10 +316,17 @@ class CompiledGraph:
         for group, buf in zip(mutated_groups, new_buffers):
             if handles[group]:
                 table[handles[group]] = buf
-        host_targets = [inputs[i] for i in self.mutated_inputs if entries[i][0] != _BUFFER]
-        # one device-to-host transfer for all mutated host inputs (the optimizer's step counts)
-        for target, value in zip(host_targets, jax.device_get(host_new)):
-            target.copy_(transfer.host_tensor(value, target.dtype))
+        if host_new:  # one device-to-host transfer per dtype of mutated host inputs (optimizers' steps)
+            fetched = jax.device_get(host_new)
+            starts = dict.fromkeys(fetched, 0)
+            for i in self.mutated_inputs:
+                if entries[i][0] == _HOST:
+                    target = inputs[i]
+                    name = str(target.dtype)
+                    start, n = starts[name], target.numel()
+                    starts[name] = start + n
+                    target.copy_(transfer.host_tensor(fetched[name][start:start + n].reshape(
+                        target.shape), target.dtype))
         results, flat = [], iter(flat)
         inputs_buffers = {id(b) for b in buffers}
         for i, described in enumerate(self.direct_outputs[spec]):
@@ -356,7 +371,7 @@ class _Static(tuple):
 
 
 def _empty_buffer(x):
-    return jax.device_put(jax.numpy.zeros((0,), to_jax(x.dtype)), devices.jax_device(x.device.index))
+    return storages.zeros(0, to_jax(x.dtype), x.device.index)
 
 
 def _bind(buf, shape, dtype, device, host):

@@ -19,6 +19,7 @@ import torch
 
 from ..lowering import LOWERINGS, Lowering, calling
 from ..runtime import devices, storages
+from ..runtime.core import urgent
 from ..runtime.dtypes import to_jax
 from . import overlap
 from .layout import Layout, apply_math_bits, flatten, read, write
@@ -34,17 +35,26 @@ class CallDescription:
     """The tensors and traced scalars of one call, its cache key, and the buffers it reads:
     one per distinct storage, in order of first use (a storage without a handle is its own)."""
 
-    __slots__ = ("buffers", "device", "handles", "key", "missing", "scalars", "sharing", "tensors")
+    __slots__ = ("buffers", "handles", "index", "key", "math_bits", "missing", "scalars", "sharing",
+                 "tensors")
 
-    def __init__(self):
+    def __init__(self, math_bits: bool):
         self.key = []
         self.tensors = []
         self.scalars = []
-        self.device = None
+        self.index = _NO_DEVICE  # the neuron device's index, once a neuron tensor is seen
         self.handles = []
         self.buffers = []
         self.missing = False  # a storage never written: its buffer is materialised on use
         self.sharing = {}  # storage handle -> first tensor using it: aliasing, not addresses, keys a plan
+        self.math_bits = math_bits  # whether the op can receive conj/neg-bit views at all
+
+    @property
+    def device(self) -> torch.device | None:
+        return None if self.index == _NO_DEVICE else torch.device(NEURON, self.index)
+
+
+_NO_DEVICE = -2  # (get_device() says -1 for CPU tensors)
 
 
 def _device_error(op, a: torch.device, b: torch.device) -> RuntimeError:
@@ -53,24 +63,32 @@ def _device_error(op, a: torch.device, b: torch.device) -> RuntimeError:
         f"(when checking argument for {op})")
 
 
-def _add_tensor(desc: CallDescription, t: torch.Tensor, op) -> None:
-    dev = t.device
-    if desc.device is None or dev != desc.device:  # (comparing a device with None is slow)
-        if dev.type != "neuron":
-            if t.dim() == 0 and dev.type == "cpu":
-                # PyTorch lets 0-dim CPU tensors take part as scalars in device ops.
-                desc.key.append(("cpu", t.dtype))
-                desc.scalars.append(t.item())
-                return
-            if desc.device is not None:
-                raise _device_error(op, desc.device, dev)
-            raise _device_error(op, dev, torch.device("neuron", torch.neuron.current_device()))
-        if desc.device is not None:
+def _first_or_foreign(desc: CallDescription, t: torch.Tensor, index: int, op) -> bool:
+    """A tensor on another device than the call's so far: the call's first neuron tensor (True),
+    a 0-dim CPU tensor taking part as a scalar (False), or a device mix (raises)."""
+    if index < 0:
+        dev = t.device
+        if t.dim() == 0 and dev.type == "cpu":
+            # PyTorch lets 0-dim CPU tensors take part as scalars in device ops.
+            desc.key.append(("cpu", t.dtype))
+            desc.scalars.append(t.item())
+            return False
+        if desc.index != _NO_DEVICE:
             raise _device_error(op, desc.device, dev)
-        desc.device = dev
+        raise _device_error(op, dev, torch.device(NEURON, torch.neuron.current_device()))
+    if desc.index != _NO_DEVICE:
+        raise _device_error(op, desc.device, t.device)
+    desc.index = index
+    return True
+
+
+def _add_tensor(desc: CallDescription, t: torch.Tensor, op) -> None:
+    index = t.get_device()  # an int: cheaper to read and compare than a torch.device
+    if index != desc.index and not _first_or_foreign(desc, t, index, op):
+        return
     # This runs for every tensor of every op: one pass, no helper calls on the common path.
     offset = t.storage_offset()
-    handle = t.data_ptr() - offset * t.element_size() if t.numel() else _storage_handle(t)
+    handle = t.untyped_storage().data_ptr()  # one call, where data_ptr needs offset and item size
     tensors = desc.tensors
     i = len(tensors)
     tensors.append(t)
@@ -82,12 +100,16 @@ def _add_tensor(desc: CallDescription, t: torch.Tensor, op) -> None:
             desc.missing = True
         desc.buffers.append(buf)
     # Conj and neg bits: PyTorch's math-bit fallbacks pass some ops (copy_, clone, mm...) such
-    # views as they are, and expect the kernel to read and write the values they mean.
-    desc.key.append((t.shape, t.stride(), offset, t.dtype, first, t.is_conj(), t.is_neg()))
+    # views as they are, and expect the kernel to read and write the values they mean. Other ops
+    # only ever see resolved tensors.
+    if desc.math_bits:
+        desc.key.append((t.shape, t.stride(), offset, t.dtype, first, t.is_conj(), t.is_neg()))
+    else:
+        desc.key.append((t.shape, t.stride(), offset, t.dtype, first, False, False))
 
 
 def describe(schema: OpSchema, args, kwargs) -> CallDescription:
-    desc = CallDescription()
+    desc = CallDescription(schema.math_bits)
     op = schema.op
     for kind, value in zip(schema.kinds, args):
         if kind is Kind.TENSOR and isinstance(value, torch.Tensor):
@@ -100,10 +122,6 @@ def describe(schema: OpSchema, args, kwargs) -> CallDescription:
             key.append(name)
             _describe_one(desc, schema.kind_by_name[name], value, op)
     return desc
-
-
-def _storage_handle(t: torch.Tensor) -> int:
-    return t.untyped_storage().data_ptr()
 
 
 def _describe_one(desc, kind, value, op) -> None:
@@ -144,9 +162,10 @@ def plan_key(schema: OpSchema, desc: CallDescription) -> tuple:
     """Layouts, dtypes, storage sharing and static arguments. Buffer dtypes and sizes are left
     out: they change no plan decision, and the plan's jit retraces for new buffer types itself."""
     key = tuple(desc.key)
-    lowering = LOWERINGS.get(schema.functional)
-    if lowering is not None and lowering.static_scalars:
-        key += tuple(desc.scalars)  # the scalars shape the result: one plan per value
+    if desc.scalars:
+        lowering = LOWERINGS.get(schema.functional)
+        if lowering is not None and lowering.static_scalars:
+            key += tuple(desc.scalars)  # the scalars shape the result: one plan per value
     return key
 
 
@@ -154,7 +173,14 @@ def run(schema: OpSchema, plans: dict, args, kwargs):
     if profiling is not None and profiling():
         from ..profiler import profiled_run
         return profiled_run(schema, plans, args, kwargs)
-    return run_plain(schema, plans, args, kwargs)
+    # run_plain, inlined: this is every eager op's path
+    if urgent.value:
+        storages.drain()
+    desc = describe(schema, args, kwargs)
+    plan = plans.get(plan_key(schema, desc))
+    if plan is None:
+        return run_plain(schema, plans, args, kwargs)
+    return plan.execute(args, kwargs, desc)
 
 
 def run_plain(schema: OpSchema, plans: dict, args, kwargs):
@@ -279,6 +305,14 @@ class Plan:
         self.random = lowering.random
         self.jitted = None if self.data_dependent else jax.jit(
             self._body, donate_argnums=tuple(range(n_written)))
+        # The common call (nothing written, one fresh result, buffers in argument order) takes a
+        # shorter path: eager speed is decided by these few microseconds.
+        simple = (self.single_fresh is not None and not n_written and not self.random
+                  and self.in_order and self.jitted is not None)
+        self.execute = self._execute_simple if simple else self.__call__
+        if simple:
+            shape, stride, dtype = self.single_fresh
+            self._simple_result = (shape, stride, dtype, self.device, Layout(shape, stride, 0).numel > 0)
 
     # ------------------------------------------------------------ building
     def _meta_call(self, args, kwargs, buffers):
@@ -493,6 +527,18 @@ class Plan:
                 storages.buffers[t.data_ptr()] = outputs[n_written]
             return t
         return self._results(args, kwargs, outputs[n_written:])
+
+    def _execute_simple(self, args, kwargs, desc: CallDescription):
+        flat = _buffers(desc) if desc.missing else desc.buffers
+        if desc.scalars:
+            flat = [*flat, *[_SCALAR_TYPES.get(type(v), np.asarray)(v) for v in desc.scalars]]
+        out = self.jitted(*flat)[0]
+        storages.recent.append(out)
+        shape, stride, dtype, device, nonempty = self._simple_result
+        t = torch.empty_strided(shape, stride, dtype=dtype, device=device)
+        if nonempty:
+            storages.buffers[t.untyped_storage().data_ptr()] = out
+        return t
 
     def _results(self, args, kwargs, fresh_buffers):
         device = self.device

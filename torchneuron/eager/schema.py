@@ -26,6 +26,9 @@ class OpSchema:
     return_aliases: list[int | None]  # per return: index of the argument it is, or None (fresh)
     functional: torch._ops.OpOverload | None  # overload that computes the values
     view: bool  # returns a view of an input without writing
+    # Whether conj/neg-bit views reach the kernel as they are: only for ops with their own
+    # Conjugate or Negative kernel (copy_, clone, mm, ...); PyTorch resolves them for the rest.
+    math_bits: bool
 
     @property
     def mutates(self) -> bool:
@@ -50,7 +53,15 @@ def parse(op: torch._ops.OpOverload) -> OpSchema:
         aliases.append(match[0] if match else None)
         view = view or not r.alias_info.is_write
     return OpSchema(op, names, kinds, dict(zip(names, kinds)), written, out_args, aliases,
-                    functional_variant(op, written, out_args), view)
+                    functional_variant(op, written, out_args), view, _sees_math_bits(op))
+
+
+def _sees_math_bits(op: torch._ops.OpOverload) -> bool:
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    try:
+        return has(op.name(), "Conjugate") or has(op.name(), "Negative")
+    except RuntimeError:  # a TorchScript-only overload (add.t): never dispatched with tensors
+        return False
 
 
 # A factory's out= overload has no TensorOptions: the out tensor decides dtype and device.

@@ -21,6 +21,7 @@ import jax
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_default_matmul_precision", "highest")
 jax.config.update("jax_platforms", config.PLATFORM)
+jax.config.update("jax_cpu_enable_async_dispatch", config.ASYNC_DISPATCH)
 
 _devices: list | None = None
 
