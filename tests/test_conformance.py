@@ -88,6 +88,40 @@ def test_cpu_failure_is_skipped():
     assert record["status"] == "skipped" and record["reason"] == "cpu-fails"
 
 
+def _opinfo_with(name, fn, samples, supports_autograd=False):
+    def sample_inputs(op, device, dtype, requires_grad, **kwargs):
+        yield from samples(device, dtype, requires_grad)
+
+    return OpInfo(name, op=fn, dtypes=(torch.float32,), sample_inputs_func=sample_inputs,
+                  supports_autograd=supports_autograd, supports_out=False)
+
+
+def test_partial_views_keep_their_storage():
+    # as_strided without a storage offset keeps the input's (5): the copy must keep the base storage
+    def samples(device, dtype, requires_grad):
+        base = make_tensor((20,), device=device, dtype=dtype)
+        yield SampleInput(base[5:15].requires_grad_(requires_grad), (2, 2), (1, 2))
+        yield SampleInput(base[5:15].requires_grad_(requires_grad), (2, 2), (1, 2), storage_offset=10)
+
+    op = _opinfo_with("synthetic_as_strided", torch.as_strided, samples, supports_autograd=True)
+    record = runner.run_op_dtype(op, torch.float32)
+    assert record["status"] == "pass", record
+    assert record["variants"]["backward"]["status"] == "pass"
+
+
+def test_views_of_one_storage_alias_on_neuron():
+    def write_then_read(x, y):
+        x.add_(1)
+        return y.clone()
+
+    def samples(device, dtype, requires_grad):
+        base = make_tensor((8,), device=device, dtype=dtype)
+        yield SampleInput(base[0:4], args=(base[2:6],))
+
+    record = runner.run_op_dtype(_opinfo_with("synthetic_alias", write_then_read, samples), torch.float32)
+    assert record["status"] == "pass", record
+
+
 def test_compare_handles_nan_inf_and_structure():
     e = torch.tensor([1.0, float("nan"), float("inf")])
     assert classify.compare(e.to("neuron"), e, 1e-5, 1e-5) is None

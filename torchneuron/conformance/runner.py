@@ -30,18 +30,38 @@ def _fallback_counts() -> dict[str, int]:
 
 
 class _Mover:
-    """Copies a sample to neuron, keeping aliasing (one copy per CPU tensor) so gradients line up."""
+    """Copies a sample to neuron, keeping aliasing (one copy per CPU tensor) so gradients line up.
+
+    A tensor is copied as its whole storage plus the same sizes, strides and storage offset (not with
+    `.to()`, which would make a partial view a fresh contiguous tensor), so ops that read the geometry
+    (as_strided on a view with an offset, expanded inputs) see what CPU sees; tensors that share a CPU
+    storage share one neuron storage.
+    """
 
     def __init__(self):
         self.copies: dict[int, torch.Tensor] = {}
+        self.storages: dict[tuple[int, torch.dtype], torch.Tensor] = {}
 
     def __call__(self, value):
         return tree_map(self._move, value)
 
+    def _copy(self, v: torch.Tensor) -> torch.Tensor:
+        plain = v.layout == torch.strided and v.device.type == "cpu" and not (v.is_conj() or v.is_neg())
+        if not plain or v.untyped_storage().nbytes() == 0:
+            return v.detach().to("neuron")
+        storage = v.untyped_storage()
+        key = (storage.data_ptr(), v.dtype)
+        if key not in self.storages:
+            flat = torch.empty(0, dtype=v.dtype).set_(storage, 0, (storage.nbytes() // v.element_size(),))
+            self.storages[key] = flat.to("neuron")
+        device_storage = self.storages[key].untyped_storage()
+        return torch.empty(0, dtype=v.dtype, device="neuron").set_(
+            device_storage, v.storage_offset(), v.shape, v.stride())
+
     def _move(self, v):
         if isinstance(v, torch.Tensor):
             if id(v) not in self.copies:
-                copy = v.detach().to("neuron")
+                copy = self._copy(v)
                 self.copies[id(v)] = copy.requires_grad_() if v.requires_grad else copy
             return self.copies[id(v)]
         if isinstance(v, torch.device) and v.type == "cpu":
