@@ -122,6 +122,13 @@ def test_views_of_one_storage_alias_on_neuron():
     assert record["status"] == "pass", record
 
 
+def test_host_tensors_stay_on_cpu():
+    # tensor_split requires CPU indices on every device; the OpInfo builds them without device=
+    op = next(op for op in runner.load_op_db() if op.name == "tensor_split")
+    record = runner.run_op_dtype(op, torch.float32, max_samples=4)
+    assert record["status"] == "pass", record
+
+
 def test_compare_handles_nan_inf_and_structure():
     e = torch.tensor([1.0, float("nan"), float("inf")])
     assert classify.compare(e.to("neuron"), e, 1e-5, 1e-5) is None

@@ -38,8 +38,8 @@ class _Mover:
     storage share one neuron storage.
     """
 
-    def __init__(self):
-        self.copies: dict[int, torch.Tensor] = {}
+    def __init__(self, host: list[torch.Tensor] = ()):
+        self.copies: dict[int, torch.Tensor] = {id(t): t.detach().clone() for t in host}
         self.storages: dict[tuple[int, torch.dtype], torch.Tensor] = {}
 
     def __call__(self, value):
@@ -129,7 +129,7 @@ class _Variant:
 def _forward(op, dtype, tol, shape_only, limit) -> dict:
     v = _Variant()
     for i, sample in enumerate(_samples(op, dtype, False, limit)):
-        mover = _Mover()
+        mover = _Mover(skips.host_tensors(full_name(op), sample))
         mover.prepare(sample)  # copy before the CPU run, which may mutate its inputs
         expected, exc = _attempt(_call, op, sample)
         if exc:
@@ -167,7 +167,7 @@ def _backward(op, dtype, tol, limit) -> dict:
     v = _Variant()
     generator = torch.Generator().manual_seed(0)
     for i, sample in enumerate(_samples(op, dtype, True, limit)):
-        mover = _Mover()
+        mover = _Mover(skips.host_tensors(full_name(op), sample))
         mover.prepare(sample)
         leaves = list({id(t): t for t in tree_flatten([sample.input, sample.args, sample.kwargs])[0]
                        if isinstance(t, torch.Tensor) and t.requires_grad}.values())
@@ -204,7 +204,7 @@ def _call_out(op, sample, out, mover=None):
 def _out(op, dtype, tol, shape_only, limit) -> dict:
     v = _Variant()
     for i, sample in enumerate(_samples(op, dtype, False, limit)):
-        mover = _Mover()
+        mover = _Mover(skips.host_tensors(full_name(op), sample))
         mover.prepare(sample)
         expected, exc = _attempt(_call, op, sample)
         if exc:
@@ -236,7 +236,7 @@ def _inplace(op, dtype, tol, shape_only, limit) -> dict:
     for i, sample in enumerate(_samples(op, dtype, False, limit)):
         if sample.broadcasts_input or not isinstance(sample.input, torch.Tensor):
             continue
-        mover = _Mover()
+        mover = _Mover(skips.host_tensors(full_name(op), sample))
         target = mover(sample.input)
         mover.prepare(sample)
         _, exc = _attempt(_call, op.inplace_variant, sample)
