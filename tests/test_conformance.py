@@ -129,6 +129,17 @@ def test_host_tensors_stay_on_cpu():
     assert record["status"] == "pass", record
 
 
+def test_device_given_as_a_string_moves_to_neuron():
+    def samples(device, dtype, requires_grad):
+        yield SampleInput(make_tensor((3,), device=device, dtype=dtype, requires_grad=requires_grad),
+                          args=("cpu", torch.float64))
+
+    op = _opinfo_with("synthetic_to", torch.Tensor.to, samples, supports_autograd=True)
+    record = runner.run_op_dtype(op, torch.float32)
+    assert record["status"] == "pass", record
+    assert record["variants"]["backward"]["status"] == "pass"
+
+
 def test_compare_handles_nan_inf_and_structure():
     e = torch.tensor([1.0, float("nan"), float("inf")])
     assert classify.compare(e.to("neuron"), e, 1e-5, 1e-5) is None

@@ -66,18 +66,14 @@ class _Mover:
             return self.copies[id(v)]
         if isinstance(v, torch.device) and v.type == "cpu":
             return torch.device("neuron")
+        if isinstance(v, str) and v == "cpu":  # a device given as a string, positionally (`to`) or as `device=`
+            return "neuron"
         if isinstance(v, torch.Generator):  # a CPU generator cannot drive neuron's random ops
             return None
         return v
 
     def prepare(self, sample) -> None:
         self([sample.input, sample.args, sample.kwargs])
-
-    def kwargs(self, kwargs: dict) -> dict:
-        moved = self(kwargs)
-        if moved.get("device") == "cpu":
-            moved["device"] = "neuron"
-        return moved
 
 
 def _samples(op, dtype, requires_grad, limit):
@@ -98,7 +94,7 @@ def _attempt(fn, *args, **kwargs):
 def _call(fn, sample, mover=None, **extra):
     if mover is None:
         return fn(sample.input, *sample.args, **sample.kwargs, **extra)
-    return fn(mover(sample.input), *mover(sample.args), **mover.kwargs(sample.kwargs), **extra)
+    return fn(mover(sample.input), *mover(sample.args), **mover(sample.kwargs), **extra)
 
 
 class _Variant:
