@@ -140,6 +140,20 @@ def test_device_given_as_a_string_moves_to_neuron():
     assert record["variants"]["backward"]["status"] == "pass"
 
 
+def test_outputs_compared_after_output_process_fn_grad():
+    # as linalg.eigh's samples drop eigenvector signs with abs, which CPU and neuron may choose apart
+    def sign_differs(x):
+        return -x if x.device.type == "neuron" else x
+
+    def samples(device, dtype, requires_grad):
+        yield SampleInput(make_tensor((3, 4), device=device, dtype=dtype, requires_grad=requires_grad),
+                          output_process_fn_grad=torch.abs)
+
+    op = _opinfo_with("synthetic_sign", sign_differs, samples, supports_autograd=True)
+    record = runner.run_op_dtype(op, torch.float32)
+    assert record["status"] == "pass", record
+
+
 def test_compare_handles_nan_inf_and_structure():
     e = torch.tensor([1.0, float("nan"), float("inf")])
     assert classify.compare(e.to("neuron"), e, 1e-5, 1e-5) is None
