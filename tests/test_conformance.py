@@ -88,6 +88,72 @@ def test_cpu_failure_is_skipped():
     assert record["status"] == "skipped" and record["reason"] == "cpu-fails"
 
 
+def _opinfo_with(name, fn, samples, supports_autograd=False):
+    def sample_inputs(op, device, dtype, requires_grad, **kwargs):
+        yield from samples(device, dtype, requires_grad)
+
+    return OpInfo(name, op=fn, dtypes=(torch.float32,), sample_inputs_func=sample_inputs,
+                  supports_autograd=supports_autograd, supports_out=False)
+
+
+def test_partial_views_keep_their_storage():
+    # as_strided without a storage offset keeps the input's (5): the copy must keep the base storage
+    def samples(device, dtype, requires_grad):
+        base = make_tensor((20,), device=device, dtype=dtype)
+        yield SampleInput(base[5:15].requires_grad_(requires_grad), (2, 2), (1, 2))
+        yield SampleInput(base[5:15].requires_grad_(requires_grad), (2, 2), (1, 2), storage_offset=10)
+
+    op = _opinfo_with("synthetic_as_strided", torch.as_strided, samples, supports_autograd=True)
+    record = runner.run_op_dtype(op, torch.float32)
+    assert record["status"] == "pass", record
+    assert record["variants"]["backward"]["status"] == "pass"
+
+
+def test_views_of_one_storage_alias_on_neuron():
+    def write_then_read(x, y):
+        x.add_(1)
+        return y.clone()
+
+    def samples(device, dtype, requires_grad):
+        base = make_tensor((8,), device=device, dtype=dtype)
+        yield SampleInput(base[0:4], args=(base[2:6],))
+
+    record = runner.run_op_dtype(_opinfo_with("synthetic_alias", write_then_read, samples), torch.float32)
+    assert record["status"] == "pass", record
+
+
+def test_host_tensors_stay_on_cpu():
+    # tensor_split requires CPU indices on every device; the OpInfo builds them without device=
+    op = next(op for op in runner.load_op_db() if op.name == "tensor_split")
+    record = runner.run_op_dtype(op, torch.float32, max_samples=4)
+    assert record["status"] == "pass", record
+
+
+def test_device_given_as_a_string_moves_to_neuron():
+    def samples(device, dtype, requires_grad):
+        yield SampleInput(make_tensor((3,), device=device, dtype=dtype, requires_grad=requires_grad),
+                          args=("cpu", torch.float64))
+
+    op = _opinfo_with("synthetic_to", torch.Tensor.to, samples, supports_autograd=True)
+    record = runner.run_op_dtype(op, torch.float32)
+    assert record["status"] == "pass", record
+    assert record["variants"]["backward"]["status"] == "pass"
+
+
+def test_outputs_compared_after_output_process_fn_grad():
+    # as linalg.eigh's samples drop eigenvector signs with abs, which CPU and neuron may choose apart
+    def sign_differs(x):
+        return -x if x.device.type == "neuron" else x
+
+    def samples(device, dtype, requires_grad):
+        yield SampleInput(make_tensor((3, 4), device=device, dtype=dtype, requires_grad=requires_grad),
+                          output_process_fn_grad=torch.abs)
+
+    op = _opinfo_with("synthetic_sign", sign_differs, samples, supports_autograd=True)
+    record = runner.run_op_dtype(op, torch.float32)
+    assert record["status"] == "pass", record
+
+
 def test_compare_handles_nan_inf_and_structure():
     e = torch.tensor([1.0, float("nan"), float("inf")])
     assert classify.compare(e.to("neuron"), e, 1e-5, 1e-5) is None

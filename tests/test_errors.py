@@ -21,10 +21,15 @@ def test_shape_errors_are_pytorchs_own():
         a + b
 
 
-def test_unsupported_dtype_names_the_dtype():
+def test_unsupported_dtype_names_the_op_and_dtype():
     x = torch.ones(3, dtype=torch.complex32)
-    with pytest.raises(TypeError, match="neuron does not support dtype torch.complex32"):
+    with pytest.raises(TypeError, match="copy_ from torch.complex32 on cpu .* does not support dtype torch.complex32: "
+                                        "XLA has no complex32"):
         x.to("neuron")
+    with pytest.raises(TypeError, match="aten.zero_.default does not support dtype torch.complex32"):
+        torch.zeros(3, dtype=torch.complex32, device="neuron")
+    with pytest.raises(TypeError, match="to torch.complex32 on neuron:0 does not support dtype torch.complex32"):
+        torch.ones(3, device="neuron").chalf()
 
 
 # An op with a CPU kernel only: it stays unlowered however coverage grows.

@@ -183,6 +183,18 @@ def test_matrix_exp_cross(dtype):
     check(torch.cross, torch.randn(3, 2, dtype=dtype), torch.randn(3, 2, dtype=dtype), dim=0, **tol)
 
 
+@pytest.mark.parametrize("norm", [1e-5, 0.03, 0.3, 1.0, 2.0, 20.0])
+def test_matrix_exp_follows_cpus_taylor_degrees(norm):
+    # CPU picks a Taylor degree (1..18) by the 1-norm of one matrix, and degree 18 with scaling and
+    # squaring for a batch; the same steps agree to float32 rounding, where a Pade scheme did not.
+    a = torch.randn(4, 4)
+    a = a * (norm / torch.linalg.matrix_norm(a, 1))
+    check(torch.linalg.matrix_exp, a, rtol=1e-5, atol=1e-6)
+    check(torch.linalg.matrix_exp, torch.stack([a, a / 10, a * 3]), rtol=1e-5, atol=1e-6)
+    check(torch.linalg.matrix_exp, a.double(), rtol=1e-12, atol=1e-14)
+    check(torch.linalg.matrix_exp, torch.full((3, 3), float("nan")))
+
+
 def test_eig():
     # General eigenproblem: XLA has no kernel of its own; JAX runs LAPACK's geev on CPU. The
     # eigenvectors agree with PyTorch's up to a unit factor per column (complex pairs can differ

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import fnmatch
 
+import torch
+
 SHAPE_ONLY = {
     # random: neuron draws from its own generator (a JAX PRNG), so values differ from CPU's
     "random": [
@@ -30,6 +32,8 @@ SKIP = {
     "sparse-layout": ["sparse.*", "to_sparse"],
     "cuda-only": ["jiterator_*", "torch._scaled_mm*", "torch.ops.aten._flash_attention_forward",
                   "torch.ops.aten._efficient_attention_forward", "bmm.triton_optimized"],
+    # XLA has no complex32 type, so neuron tensors cannot hold it (UnsupportedDtypeError names the op)
+    "no-complex32": ["chalf"],
 }
 
 
@@ -42,6 +46,19 @@ RANDOM_SAMPLES = {
     "nn.functional.multi_head_attention_forward":
         lambda s: s.kwargs.get("training", True) and len(s.args) > 9 and s.args[9] > 0,
 }
+
+
+# Sample tensors that the OpInfo keeps on the host for every device (it builds them without `device=`),
+# because the op requires them there: they stay on CPU in the neuron run too, as on CUDA.
+HOST_TENSORS = {
+    # tensor_split(input, tensor_indices_or_sections, dim): the indices must be a CPU tensor
+    "tensor_split": lambda s: s.args[:1],
+}
+
+
+def host_tensors(name: str, sample) -> list:
+    pick = HOST_TENSORS.get(name)
+    return [t for t in pick(sample) if isinstance(t, torch.Tensor)] if pick else []
 
 
 def random_sample(name: str, sample) -> bool:

@@ -20,7 +20,7 @@ import torch
 from ..lowering import LOWERINGS, Lowering, calling
 from ..runtime import devices, storages
 from ..runtime.core import urgent
-from ..runtime.dtypes import to_jax
+from ..runtime.dtypes import UnsupportedDtypeError, to_jax
 from . import overlap
 from .layout import Layout, apply_math_bits, flatten, read, write
 from .meta_overrides import META_OVERRIDES
@@ -190,7 +190,10 @@ def run_plain(schema: OpSchema, plans: dict, args, kwargs):
     plan = plans.get(key)
     if plan is None:
         with _lock:
-            plan = Plan(schema, args, kwargs, desc, _buffers(desc))
+            try:
+                plan = Plan(schema, args, kwargs, desc, _buffers(desc))
+            except UnsupportedDtypeError as e:
+                raise UnsupportedDtypeError(e.dtype, str(schema.op)) from None
         if plan.resize:
             # out= arguments of the wrong size: resize them as PyTorch does, then run again.
             plan.apply_resizes(args, kwargs)

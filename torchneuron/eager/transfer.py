@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from ..runtime import devices, storages
-from ..runtime.dtypes import to_jax
+from ..runtime.dtypes import TORCH_TO_JAX, UnsupportedDtypeError, to_jax
 from .layout import Layout, apply_math_bits, read
 
 
@@ -87,6 +87,9 @@ def _logical(t: torch.Tensor, value):
 
 
 def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    for t in (dst, src):
+        if t.dtype not in TORCH_TO_JAX:
+            raise UnsupportedDtypeError(t.dtype, f"copy_ from {src.dtype} on {src.device} to {dst.dtype} on {dst.device}")
     if dst.device.type == "neuron" and src.device.type == "neuron" and dst.device == src.device:
         return _same_device_copy(dst, src, non_blocking)  # the driver reads and writes math bits
     if dst.device.type == "neuron":

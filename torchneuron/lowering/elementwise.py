@@ -230,20 +230,72 @@ for _op, _fn in _FLOAT_UNARY.items():
     lowers(_op, promote=INT_TO_FLOAT, promote_args=SELF)(lambda self, _fn=_fn: _fn(self))
 
 
+# digamma and trigamma follow CPU's scalar kernels (calc_digamma, calc_trigamma) step by step, in
+# float32 for float32 and half inputs: near the poles their values are differences of large terms,
+# and another series (XLA's) lands ~2e-5 away in float32.
+_DIGAMMA_ASYMPTOTIC = (8.33333333333333333333E-2, -2.10927960927960927961E-2, 7.57575757575757575758E-3,
+                       -4.16666666666666666667E-3, 3.96825396825396825397E-3, -8.33333333333333333333E-3,
+                       8.33333333333333333333E-2)
+_DIGAMMA_10 = 2.25175258906672110764
+
+
+def _digamma_positive(x):
+    """digamma for x > 0 (and NaN/inf): x raised past 10 by the recurrence, then the asymptotic
+    series, as CPU's calc_digamma."""
+    result = jnp.zeros_like(x)
+    for _ in range(10):  # 0 < x < 10 needs at most 10 steps
+        below = x < 10
+        result = jnp.where(below, result - 1 / x, result)
+        x = jnp.where(below, x + 1, x)
+    z = 1 / (x * x)
+    poly = jnp.zeros_like(x)
+    for a in _DIGAMMA_ASYMPTOTIC:
+        poly = poly * z + _const(a, x)
+    tail = jnp.where(x < 1e17, z * poly, 0)
+    value = result + jnp.log(x) - _const(0.5, x) / x - tail
+    return jnp.where(x == 10, result + _const(_DIGAMMA_10, x), value)
+
+
 @lowers(aten.digamma.default, promote=INT_TO_FLOAT, promote_args=SELF)
 def digamma(self):
-    # PyTorch: digamma(±0) = ∓inf, not NaN
-    return jnp.where(self == 0, jnp.copysign(_const(jnp.inf, self), -self), lax.digamma(self))
+    x = self
+    negative = x < 0
+    # Reflection for x < 0 through the fractional part r (tan(pi r) is exact where tan(pi x) is
+    # not), the pi / tan term in double as on CPU.
+    r = (x - jnp.trunc(x)).astype(jnp.float64)
+    reflection = (jnp.pi / jnp.tan(jnp.pi * r)).astype(x.dtype)
+    value = _digamma_positive(jnp.where(negative, 1 - x, x))
+    value = jnp.where(negative, value - reflection, value)
+    value = jnp.where(negative & (x == jnp.trunc(x)), _const(jnp.nan, x), value)
+    value = jnp.where(x == 0, jnp.copysign(_const(jnp.inf, x), -x), value)  # digamma(±0) = ∓inf
+    return value.astype(self.dtype)
+
+
+def _trigamma(self):
+    """CPU's calc_trigamma: reflection below 1/2, six recurrence steps, then the asymptotic series."""
+    x = self
+    pi = _const(math.pi, x)
+    reflect = x < 0.5
+    sin_pi_x = jnp.sin(pi * x)
+    result = jnp.where(reflect, -(pi * pi) / (sin_pi_x * sin_pi_x), jnp.zeros_like(x))
+    x = jnp.where(reflect, 1 - x, x)
+    for _ in range(6):
+        result = result + 1 / (x * x)
+        x = x + 1
+    ixx = 1 / (x * x)
+    one = _const(1, x)
+    series = (one + one / (2 * x) + ixx * (_const(1 / 6, x) - ixx * (_const(1 / 30, x) - ixx * _const(1 / 42, x))))
+    result = result + series / x
+    return jnp.where(reflect, -result, result).astype(self.dtype)
 
 
 @lowers(aten.polygamma.default, promote=INT_TO_FLOAT, promote_args=SELF)
 def polygamma(n, self):
     if n == 0:
         return digamma(self)
-    value = _polygamma_positive(n, self)
-    if n == 1:  # PyTorch's trigamma tends to 0 at +inf, where the series gives NaN
-        value = jnp.where(self == jnp.inf, jnp.zeros_like(value), value)
-    return value
+    if n == 1:
+        return _trigamma(self)
+    return _polygamma_positive(n, self)
 
 
 _SHIFT_LIMIT = 64

@@ -27,11 +27,26 @@ TORCH_TO_JAX = {
 JAX_TO_TORCH = {np.dtype(v): k for k, v in TORCH_TO_JAX.items()}
 
 
+# Why a torch dtype has no device type, and what to use instead.
+UNSUPPORTED = {
+    torch.complex32: "XLA has no complex32 type; use complex64 (`tensor.cfloat()`)",
+}
+
+
+class UnsupportedDtypeError(TypeError):
+    """A torch dtype that neuron tensors cannot hold; `where` names the op or copy when known."""
+
+    def __init__(self, dtype: torch.dtype, where: str = ""):
+        self.dtype = dtype
+        hint = UNSUPPORTED.get(dtype, "no XLA type holds it")
+        super().__init__(f"neuron{': ' + where if where else ''} does not support dtype {dtype}: {hint}")
+
+
 def to_jax(dtype: torch.dtype):
     try:
         return TORCH_TO_JAX[dtype]
     except KeyError:
-        raise TypeError(f"neuron does not support dtype {dtype}") from None
+        raise UnsupportedDtypeError(dtype) from None
 
 
 def to_torch(dtype) -> torch.dtype:
