@@ -97,6 +97,8 @@ def test_index_select_gather(dtype):
     check(lambda t, i: torch.gather(t, 1, i), x, idx([0, 1], [4, 4], [2, 0], [1, 3]))
     check(lambda t, i: torch.gather(t, 0, i), x, idx([0, 3, 1]))
     check(lambda t, i: torch.gather(t.t(), 0, i), x, idx([0, 3], [1, 2]))
+    # an empty index may have another rank than the input
+    check(lambda t, i: torch.gather(t, 0, i), make((5,), dtype), torch.empty((0, 0), dtype=torch.long))
 
 
 def test_gradients():

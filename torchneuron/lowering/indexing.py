@@ -122,6 +122,8 @@ def _coords(index, dim: int) -> tuple:
 
 @lowers(aten.gather.default)
 def gather(self, dim, index, *, sparse_grad=False):
+    if index.size == 0:  # PyTorch accepts an empty index of any rank
+        return jnp.zeros(index.shape, self.dtype)
     if self.ndim == 0:
         return jnp.broadcast_to(self, index.shape)
     return self[_coords(index, dim)]
