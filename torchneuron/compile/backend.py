@@ -275,18 +275,17 @@ class CompiledGraph:
         storages.maybe_drain()
         device = self._device(inputs)
         entries, buffers, handles = [], [], []
-        host: dict = {}  # dtype name -> host inputs' values, flat: one transfer per dtype, not per input
+        host: dict = {}  # dtype name -> host input tensors: one transfer per dtype, not per input
         group_of: dict[int, int] = {}
         for x in inputs:
             if not isinstance(x, torch.Tensor):
                 entries.append((_STATIC, x, None, None))
             elif x.device.type != "neuron":
-                values = host.setdefault(str(x.dtype), [])
-                entries.append((_HOST, (sum(v.size for v in values), tuple(x.shape)), None, x.dtype))
-                values.append(transfer.cpu_numpy(x).reshape(-1))
+                same = host.setdefault(str(x.dtype), [])
+                entries.append((_HOST, (sum(t.numel() for t in same), tuple(x.shape)), None, x.dtype))
+                same.append(x)
             else:
-                offset = x.storage_offset()
-                handle = x.data_ptr() - offset * x.element_size() if x.numel() else 0
+                handle = x.untyped_storage().data_ptr()
                 group = group_of.get(handle) if handle else None
                 if group is None:
                     group = len(buffers)
@@ -295,7 +294,8 @@ class CompiledGraph:
                     handles.append(handle)
                     if handle:
                         group_of[handle] = group
-                entries.append((_BUFFER, group, Layout(tuple(x.shape), tuple(x.stride()), offset), x.dtype))
+                entries.append((_BUFFER, group, Layout(tuple(x.shape), tuple(x.stride()), x.storage_offset()),
+                                x.dtype))
         mutated_groups = sorted({entries[i][1] for i in self.mutated_placeholders if entries[i][0] == _BUFFER})
         kept_groups = [g for g in range(len(buffers)) if g not in mutated_groups]
         spec = (tuple(entries), tuple(mutated_groups), tuple(kept_groups))
@@ -304,9 +304,10 @@ class CompiledGraph:
             seed, offset = neuron_random.next_seed_and_offset(device, None)
             rng = (np.uint64(seed), np.uint64(offset))
         compiles = _stats["compiles"]
-        host = {dt: np.concatenate(values) for dt, values in host.items()}  # numpy: moved with the call
+        host_arrays = {name: transfer.cpu_numpy(torch.cat([t.detach().reshape(-1) for t in same]))
+                       for name, same in host.items()}  # numpy: jit moves it with the call
         flat, new_buffers, host_new = self.direct(
-            [buffers[g] for g in mutated_groups], [buffers[g] for g in kept_groups], host, spec, rng)
+            [buffers[g] for g in mutated_groups], [buffers[g] for g in kept_groups], host_arrays, spec, rng)
         if _stats["compiles"] != compiles:
             self._note_compile([(e[2], e[3]) if e[0] == _BUFFER else e[1] for e in entries])
         else:
@@ -316,26 +317,31 @@ class CompiledGraph:
         for group, buf in zip(mutated_groups, new_buffers):
             if handles[group]:
                 table[handles[group]] = buf
-        if host_new:  # one device-to-host transfer per dtype of mutated host inputs (optimizers' steps)
-            fetched = jax.device_get(host_new)
-            starts = dict.fromkeys(fetched, 0)
-            for i in self.mutated_inputs:
-                if entries[i][0] == _HOST:
-                    target = inputs[i]
-                    name = str(target.dtype)
-                    start, n = starts[name], target.numel()
-                    starts[name] = start + n
-                    target.copy_(transfer.host_tensor(fetched[name][start:start + n].reshape(
-                        target.shape), target.dtype))
+        if host_new:
+            self._write_host_inputs(inputs, entries, host_new)
+        return self._bind_outputs(spec, flat, {id(b) for b in buffers}, device)
+
+    def _write_host_inputs(self, inputs, entries, host_new):
+        """Mutated host inputs (the optimizer's step counts): one device-to-host transfer and one
+        copy per dtype."""
+        targets: dict = {}
+        for i in self.mutated_inputs:
+            if entries[i][0] == _HOST:
+                targets.setdefault(str(inputs[i].dtype), []).append(inputs[i])
+        for name, values in jax.device_get(host_new).items():
+            same = targets[name]
+            flat = transfer.host_tensor(values, same[0].dtype)
+            torch._foreach_copy_(same, [v.view(t.shape) for v, t in zip(flat.split([t.numel() for t in same]), same)])
+
+    def _bind_outputs(self, spec, flat, input_buffers, device):
         results, flat = [], iter(flat)
-        inputs_buffers = {id(b) for b in buffers}
         for i, described in enumerate(self.direct_outputs[spec]):
             if isinstance(described, _Static):
                 results.append(described.value)
                 continue
             shape, dtype = described
             buf = next(flat)
-            if id(buf) in inputs_buffers:  # an input passed through: its storage keeps the buffer
+            if id(buf) in input_buffers:  # an input passed through: its storage keeps the buffer
                 buf = jax.numpy.array(buf, copy=True)
             results.append(_bind(buf, shape, dtype, device, i in self.host_outputs))
         return results
