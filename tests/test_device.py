@@ -62,6 +62,15 @@ def test_non_blocking_and_pinned_memory():
     assert not torch.randn(3).is_pinned()
 
 
+def test_synchronize_after_results_died_or_were_donated():
+    a, b = torch.randn(64).to("neuron"), torch.randn(64).to("neuron")
+    for _ in range(40):
+        kept = a * b  # results that die at once (the first call builds the plan, the rest reuse it)
+    kept.add_(1)  # donates the buffer the last multiplication returned
+    torch.neuron.synchronize()
+    torch.testing.assert_close(kept.cpu(), a.cpu() * b.cpu() + 1)
+
+
 def test_item_and_scalar_conversion():
     t = torch.tensor([1.5, -2.0]).to("neuron")
     assert t[0].item() == 1.5

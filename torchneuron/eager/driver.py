@@ -535,8 +535,9 @@ class Plan:
         flat = _buffers(desc) if desc.missing else desc.buffers
         if desc.scalars:
             flat = [*flat, *[_SCALAR_TYPES.get(type(v), np.asarray)(v) for v in desc.scalars]]
-        out = self.jitted(*flat)[0]
-        storages.recent.append(out)
+        outputs = self.jitted(*flat)
+        storages.recent.append(outputs)
+        out = outputs[0]
         shape, stride, dtype, device, nonempty = self._simple_result
         t = torch.empty_strided(shape, stride, dtype=dtype, device=device)
         if nonempty:
