@@ -276,14 +276,17 @@ class CompiledGraph:
         device = self._device(inputs)
         entries, buffers, handles = [], [], []
         host: dict = {}  # dtype name -> host input tensors: one transfer per dtype, not per input
+        host_sizes: dict = {}  # dtype name -> elements so far
         group_of: dict[int, int] = {}
         for x in inputs:
             if not isinstance(x, torch.Tensor):
                 entries.append((_STATIC, x, None, None))
             elif x.device.type != "neuron":
-                same = host.setdefault(str(x.dtype), [])
-                entries.append((_HOST, (sum(t.numel() for t in same), tuple(x.shape)), None, x.dtype))
-                same.append(x)
+                name = str(x.dtype)
+                start = host_sizes.get(name, 0)
+                host_sizes[name] = start + x.numel()
+                entries.append((_HOST, (start, tuple(x.shape)), None, x.dtype))
+                host.setdefault(name, []).append(x)
             else:
                 handle = x.untyped_storage().data_ptr()
                 group = group_of.get(handle) if handle else None
