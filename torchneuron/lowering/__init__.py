@@ -62,7 +62,7 @@ def lowers(*ops: torch._ops.OpOverload, **options) -> Callable:
 
 
 FAMILIES = ("elementwise", "reductions", "shape", "indexing", "linalg", "nn", "factories", "random", "foreach",
-            "views", "extra", "sampling", "pooling", "activations", "fft", "polynomials")
+            "views", "extra", "sampling", "pooling", "activations", "fft", "polynomials", "special")
 
 
 def load_all() -> dict:
