@@ -67,7 +67,7 @@ def lowers(*ops: torch._ops.OpOverload, **options) -> Callable:
 
 FAMILIES = ("elementwise", "reductions", "shape", "indexing", "linalg", "nn", "factories", "random", "foreach",
             "views", "extra", "sampling", "pooling", "activations", "fft", "polynomials", "special",
-            "embedding_bag")
+            "embedding_bag", "ctc")
 
 
 def load_all() -> dict:
