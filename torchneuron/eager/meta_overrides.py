@@ -52,6 +52,19 @@ def _histogram(self, bins=100, *, range=None, weight=None, density=False):
             torch.empty((n + 1,), dtype=self.dtype, device="meta"))
 
 
+def _histogramdd_bin_edges(self, bins, *, range=None, weight=None, density=False):
+    # no meta kernels for histogramdd's parts: edges per dimension, counts of shape bins
+    return [torch.empty((n + 1,), dtype=self.dtype, device="meta") for n in bins]
+
+
+def _histogramdd_from_bin_cts(self, bins, *, range=None, weight=None, density=False):
+    return torch.empty(tuple(bins), dtype=self.dtype, device="meta")
+
+
+def _histogramdd_from_bin_tensors(self, bins, *, weight=None, density=False):
+    return torch.empty(tuple(b.shape[0] - 1 for b in bins), dtype=self.dtype, device="meta")
+
+
 def _embedding_bag(op, forward_only):
     """CPU's auxiliary outputs (PyTorch's meta kernel gives CUDA's for any tensor not on CPU):
     offset2bag is empty when the summing fast path skips it, bag sizes and max indices are per bag
@@ -78,6 +91,9 @@ META_OVERRIDES = {
     aten._embedding_bag_forward_only.default: _embedding_bag(aten._embedding_bag_forward_only.default, True),
     aten.histogram.bin_ct: _histogram,
     aten.histogram.bins_tensor: _histogram,
+    aten._histogramdd_bin_edges.default: _histogramdd_bin_edges,
+    aten._histogramdd_from_bin_cts.default: _histogramdd_from_bin_cts,
+    aten._histogramdd_from_bin_tensors.default: _histogramdd_from_bin_tensors,
     aten._batch_norm_no_update.default: _batch_norm_no_update,
     aten._native_batch_norm_legit_no_training.default: _eval_batch_norm(
         aten._native_batch_norm_legit_no_training.default, None),
