@@ -292,6 +292,8 @@ class Plan:
         self.compute_dtype = self._compute_dtype(meta_args, meta_kwargs)
         # Layouts are part of the plan key, so flags derived from them are fixed per plan.
         self.layout_flags = calling.contiguity(functional, lowering, meta_args, meta_kwargs)
+        if lowering.result_shapes:
+            self.layout_flags.update(calling.result_shapes(self.meta_out))
         self.written_groups = sorted({self.groups[ti] for ti, _ in self.writes})
         self.read_groups = [g for g in range(len(buffers)) if g not in set(self.written_groups)]
         # For each written group, the position of one of its tensors (to find its handle per call).

@@ -52,9 +52,48 @@ def _histogram(self, bins=100, *, range=None, weight=None, density=False):
             torch.empty((n + 1,), dtype=self.dtype, device="meta"))
 
 
+def _histogramdd_bin_edges(self, bins, *, range=None, weight=None, density=False):
+    # no meta kernels for histogramdd's parts: edges per dimension, counts of shape bins
+    return [torch.empty((n + 1,), dtype=self.dtype, device="meta") for n in bins]
+
+
+def _histogramdd_from_bin_cts(self, bins, *, range=None, weight=None, density=False):
+    return torch.empty(tuple(bins), dtype=self.dtype, device="meta")
+
+
+def _histogramdd_from_bin_tensors(self, bins, *, weight=None, density=False):
+    return torch.empty(tuple(b.shape[0] - 1 for b in bins), dtype=self.dtype, device="meta")
+
+
+def _embedding_bag(op, forward_only):
+    """CPU's auxiliary outputs (PyTorch's meta kernel gives CUDA's for any tensor not on CPU):
+    offset2bag is empty when the summing fast path skips it, bag sizes and max indices are per bag
+    (per offset for sums in the forward-only variant) and index-typed as indices and offsets together."""
+    from ..lowering.embedding_bag import MAX, SUM, fast_select
+
+    def meta(weight, indices, offsets, scale_grad_by_freq=False, mode=SUM, sparse=False, per_sample_weights=None,
+             include_last_offset=False, padding_idx=-1):
+        output = op(weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights,
+                    include_last_offset, padding_idx)[0]
+        index = torch.promote_types(indices.dtype, offsets.dtype)
+        fast = mode == SUM and fast_select(str(weight.dtype).removeprefix("torch."), padding_idx,
+                                           weight.is_contiguous())
+        offset2bag = indices.new_empty((0 if fast else indices.shape[0],), dtype=index)
+        bags = offsets.shape[0] if forward_only and mode == SUM else output.shape[0]
+        bag_size = indices.new_empty((bags,), dtype=index)
+        max_indices = indices.new_empty(output.shape if mode == MAX else (bags,), dtype=index)
+        return output, offset2bag, bag_size, max_indices
+    return meta
+
+
 META_OVERRIDES = {
+    aten._embedding_bag.default: _embedding_bag(aten._embedding_bag.default, False),
+    aten._embedding_bag_forward_only.default: _embedding_bag(aten._embedding_bag_forward_only.default, True),
     aten.histogram.bin_ct: _histogram,
     aten.histogram.bins_tensor: _histogram,
+    aten._histogramdd_bin_edges.default: _histogramdd_bin_edges,
+    aten._histogramdd_from_bin_cts.default: _histogramdd_from_bin_cts,
+    aten._histogramdd_from_bin_tensors.default: _histogramdd_from_bin_tensors,
     aten._batch_norm_no_update.default: _batch_norm_no_update,
     aten._native_batch_norm_legit_no_training.default: _eval_batch_norm(
         aten._native_batch_norm_legit_no_training.default, None),

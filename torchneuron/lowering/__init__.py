@@ -43,6 +43,10 @@ class Lowering:
     # Tensor arguments whose memory layout PyTorch's result depends on (det factors A^T when A is
     # contiguous, and its backward relies on that): drivers pass `<name>_contiguous=bool`.
     contiguity: tuple[str, ...] = ()
+    # Results whose shapes follow the device's convention (embedding_bag's auxiliary outputs differ
+    # between CPU and CUDA): drivers pass `result_shapes=`, the shapes the meta kernel (eager: ours,
+    # as on CPU) or the traced graph recorded.
+    result_shapes: bool = False
 
 
 LOWERINGS: dict[torch._ops.OpOverload, Lowering] = {}
@@ -62,7 +66,8 @@ def lowers(*ops: torch._ops.OpOverload, **options) -> Callable:
 
 
 FAMILIES = ("elementwise", "reductions", "shape", "indexing", "linalg", "nn", "factories", "random", "foreach",
-            "views", "extra", "sampling", "pooling", "activations", "fft", "polynomials")
+            "views", "extra", "sampling", "pooling", "activations", "fft", "polynomials", "special",
+            "embedding_bag", "ctc")
 
 
 def load_all() -> dict:

@@ -77,6 +77,12 @@ def contiguity(op, lowering: Lowering, args, kwargs) -> dict:
     return flags
 
 
+def result_shapes(meta_result) -> dict:
+    """`result_shapes=` for a lowering that declares it: the shape of each result (or None)."""
+    results = meta_result if isinstance(meta_result, (tuple, list)) else (meta_result,)
+    return {"result_shapes": tuple(tuple(r.shape) if isinstance(r, torch.Tensor) else None for r in results)}
+
+
 def invoke(op, lowering: Lowering, args, kwargs, compute=None, key=None, layout_flags=None) -> tuple:
     """Call `lowering` for functional overload `op`; returns a tuple with one entry per return."""
     schema_args = op._schema.arguments

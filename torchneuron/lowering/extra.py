@@ -5,10 +5,14 @@ Functionalized graphs (torch.compile, AOTAutograd) write into a view of a tensor
 """
 from __future__ import annotations
 
+import math
+
 import jax.numpy as jnp
 from jax import lax
 
+from ..runtime.dtypes import to_torch
 from . import aten, lowers, reductions
+from .factories import _linspace_values
 
 
 @lowers(aten.slice_scatter.default)
@@ -128,3 +132,78 @@ def histogram_bin_ct(self, bins=100, *, range=None, weight=None, density=False):
 @lowers(aten.histogram.bins_tensor)
 def histogram_bins_tensor(self, bins, *, weight=None, density=False):
     return _histogram(self, bins.astype(self.dtype), weight, density)
+
+
+# torch.histogramdd: a histogram over D-dimensional points (the last dimension of self), one set of
+# edges per dimension; a point outside any dimension's edges (or NaN) is left out.
+def _outer_edges(points, limits):
+    """Each dimension's leftmost and rightmost edge: `limits` (lo0, hi0, lo1, hi1, ...), else the
+    data's extent ([0, 1] for no points), widened by 0.5 each way where they coincide."""
+    d = points.shape[1]
+    if limits is not None:
+        lo = jnp.asarray(limits[0::2], points.dtype)
+        hi = jnp.asarray(limits[1::2], points.dtype)
+    elif points.shape[0]:
+        lo, hi = jnp.min(points, axis=0), jnp.max(points, axis=0)
+    else:
+        lo, hi = jnp.zeros(d, points.dtype), jnp.ones(d, points.dtype)
+    same = lo == hi
+    return jnp.where(same, lo - 0.5, lo), jnp.where(same, hi + 0.5, hi)
+
+
+def _edges_from_counts(points, bins, limits):
+    lo, hi = _outer_edges(points, limits)
+    # CPU's linspace, whose rounding decides the bin of a point on an edge
+    return [_linspace_values(lo[i], hi[i], n + 1, to_torch(points.dtype), points.dtype) for i, n in enumerate(bins)]
+
+
+def _bin_of(x, edges, local_search):
+    """The bin of each x among `edges` (the last bin closed). CPU finds it by binary search, or for
+    edges it made from counts by a linear guess and an upper-bound search in the three edges around it."""
+    n = edges.shape[0] - 1
+    if local_search:
+        lo, hi = edges[0], edges[-1]
+        guess = jnp.clip(jnp.trunc((x - lo) * n / (hi - lo)), 0, n).astype(jnp.int64)
+        first = jnp.maximum(guess - 1, 0)
+        window = first[:, None] + jnp.arange(3)
+        inside = window < jnp.minimum(guess + 2, n + 1)[:, None]
+        above = jnp.sum(inside & (edges[jnp.minimum(window, n)] <= x[:, None]), axis=1)
+        index = first + above - 1
+    else:
+        index = jnp.searchsorted(edges, x, side="right") - 1
+    return jnp.where(index == n, n - 1, index)
+
+
+def _histogramdd(self, edges, weight, density, local_search):
+    points = self.reshape(-1, self.shape[-1])
+    shape = tuple(e.shape[0] - 1 for e in edges)
+    keep = jnp.ones(points.shape[0], bool)
+    flat = jnp.zeros(points.shape[0], jnp.int64)
+    for i, e in enumerate(edges):
+        x = points[:, i]
+        keep = keep & (x >= e[0]) & (x <= e[-1])
+        flat = flat * shape[i] + jnp.clip(_bin_of(x, e, local_search), 0, shape[i] - 1)
+    w = jnp.ones(points.shape[0], self.dtype) if weight is None else weight.reshape(-1).astype(self.dtype)
+    size = math.prod(shape)
+    hist = jnp.zeros(size, self.dtype).at[jnp.where(keep, flat, size)].add(w, mode="drop").reshape(shape)
+    if density:
+        hist = hist / jnp.sum(hist)
+        for i, e in enumerate(edges):
+            hist = hist / jnp.diff(e).reshape(tuple(-1 if j == i else 1 for j in range(len(edges))))
+    return hist
+
+
+@lowers(aten._histogramdd_bin_edges.default)
+def histogramdd_bin_edges(self, bins, *, range=None, weight=None, density=False):
+    return _edges_from_counts(self.reshape(-1, self.shape[-1]), bins, range)
+
+
+@lowers(aten._histogramdd_from_bin_cts.default)
+def histogramdd_from_bin_cts(self, bins, *, range=None, weight=None, density=False):
+    edges = _edges_from_counts(self.reshape(-1, self.shape[-1]), bins, range)
+    return _histogramdd(self, edges, weight, density, local_search=True)
+
+
+@lowers(aten._histogramdd_from_bin_tensors.default)
+def histogramdd_from_bin_tensors(self, bins, *, weight=None, density=False):
+    return _histogramdd(self, [b.astype(self.dtype) for b in bins], weight, density, local_search=False)

@@ -9,6 +9,7 @@ import math
 
 import jax.numpy as jnp
 import torch
+from jax import lax
 
 from ..runtime.dtypes import to_jax
 from . import aten, lowers
@@ -63,7 +64,8 @@ def _linspace_values(start, end, steps: int, result: torch.dtype, compute):
     start, end = start.astype(compute), end.astype(compute)
     if steps == 1:
         return jnp.reshape(start, (1,))
-    step = (end - start) / (steps - 1)
+    # a true division: XLA would multiply by the rounded reciprocal of a constant divisor
+    step = (end - start) / lax.optimization_barrier(jnp.asarray(steps - 1, compute))
     i = jnp.arange(steps)
     return jnp.where(i < steps // 2, start + step * i.astype(compute), end - step * (steps - 1 - i).astype(compute))
 

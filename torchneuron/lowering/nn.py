@@ -15,6 +15,7 @@ import torch
 from jax import lax
 
 from . import aten, lowers
+from .reductions import _vector_norm
 
 _LOW = (jnp.float16, jnp.bfloat16)
 _NONE, _MEAN, _SUM = 0, 1, 2  # at::Reduction
@@ -567,6 +568,16 @@ def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, sca
         g = g / counts[idx][:, None]
     grad = jnp.zeros((num_weights, g.shape[1]), g.dtype).at[idx].add(g)
     return grad.astype(grad_output.dtype)
+
+
+@lowers(aten.embedding_renorm.default)
+def embedding_renorm(self, indices, max_norm, norm_type):
+    """Rows that `indices` name, rescaled to norm max_norm where their norm exceeds it (CPU's
+    scale max_norm / (norm + 1e-7)); other rows unchanged."""
+    norm = _vector_norm(_up(self), norm_type, (1,), False)
+    named = jnp.zeros(self.shape[0], bool).at[indices.reshape(-1)].set(True)
+    scale = jnp.where(named & (norm > max_norm), max_norm / (norm + 1e-7), 1)
+    return (_up(self) * scale[:, None].astype(_up(self).dtype)).astype(self.dtype)
 
 
 @lowers(aten.native_dropout.default, random=True)
