@@ -180,3 +180,17 @@ def test_report_summary():
                 "fallbacks": {}} for s in ("pass", "pass", "mismatch", "skipped")]
     summary = report.summarize(records)
     assert summary["overall"] == {"pass": 2, "ran": 3, "rate": 2 / 3}
+
+
+def test_merged_records_keep_the_latest_per_op_and_dtype(tmp_path):
+    from torchneuron.conformance.cli import merge_records
+
+    def record(op, dtype, status):
+        return json.dumps({"op": op, "dtype": dtype, "status": status})
+
+    first, rerun = tmp_path / "first.jsonl", tmp_path / "rerun.jsonl"
+    first.write_text("\n".join([record("abs", "float32", "mismatch"), record("abs", "int64", "pass"),
+                                record("cos", "float32", "error")]) + "\n")
+    rerun.write_text(record("abs", "float32", "pass") + "\n")
+    merged = {(r["op"], r["dtype"]): r["status"] for r in merge_records([first, rerun])}
+    assert merged == {("abs", "float32"): "pass", ("abs", "int64"): "pass", ("cos", "float32"): "error"}

@@ -24,8 +24,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=Path("conformance"), help="output folder")
     p.add_argument("--no-backward", action="store_true", help="skip gradient checks")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--from-records", type=Path, metavar="JSONL",
-                   help="write the report from a (partial) run's records.jsonl instead of running")
+    p.add_argument("--from-records", type=Path, nargs="+", metavar="JSONL",
+                   help="write the report from (partial) runs' records.jsonl instead of running; with "
+                        "several files a later record replaces an earlier one of the same op and dtype")
     return p
 
 
@@ -114,13 +115,25 @@ def run_conformance(ops=("*",), dtypes=DEFAULT_DTYPES, jobs=2, timeout=300.0, ma
     return report.write(Path(out), records, meta)
 
 
-def report_from_records(path: Path, out: Path, command: str) -> dict:
+def merge_records(paths: list[Path]) -> list[dict]:
+    """The records of several runs, the latest per (op, dtype): a rerun of some ops after a fix
+    replaces their earlier records and keeps the rest."""
+    latest: dict = {}
+    for path in paths:
+        for line in path.read_text().splitlines():
+            if line.strip():
+                record = json.loads(line)
+                latest[(record["op"], record["dtype"])] = record
+    return list(latest.values())
+
+
+def report_from_records(paths: list[Path], out: Path, command: str) -> dict:
     import jax
     import torch
 
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    records = merge_records(paths)
     meta = {"torch": torch.__version__, "jax": jax.__version__, "seconds": sum(r["seconds"] for r in records),
-            "command": command, "args": {"jobs": 1, "from_records": str(path)}}
+            "command": command, "args": {"jobs": 1, "from_records": [str(p) for p in paths]}}
     return report.write(out, records, meta)
 
 
