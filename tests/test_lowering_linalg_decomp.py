@@ -233,3 +233,60 @@ def test_lstsq_output_conventions(driver):
     for a, b in [(torch.randn(5, 3), torch.randn(5, 2)), (torch.randn(2, 5, 3), torch.randn(2, 5, 2)),
                  (torch.randn(3, 5), torch.randn(3, 2)), (torch.randn(5, 3), torch.randn(5))]:
         check(lambda a, b: torch.linalg.lstsq(a, b, driver=driver), a, b, rtol=1e-4, atol=1e-4)
+
+
+def _indefinite(batch, n, dtype):
+    """Symmetric matrices whose pivots cover every Bunch-Kaufman case: zero diagonals (2x2
+    blocks), graded rows (1x1 interchanges), a zero matrix and a zero column (info > 0)."""
+    a = torch.randn(batch, n, n, dtype=dtype)
+    a = a + a.mT
+    if n > 2:
+        a[0].diagonal().zero_()
+        a[1] = a[1] * torch.logspace(-2, 2, n, dtype=dtype)
+        a[1] = a[1] + a[1].mT
+        a[2] = 0
+        a[3, :, 1] = 0
+        a[3, 1, :] = 0
+    return a
+
+
+@pytest.mark.usefixtures("lowered_only")
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_ldl_factor_and_solve_follow_lapack(dtype):
+    # The factor is not unique: the lowering follows LAPACK's sytf2 step by step, so LD, the
+    # 1-based pivots (negative for 2x2 blocks) and info equal CPU's exactly in convention.
+    torch.manual_seed(0)
+    tol = _tol(dtype)
+    for n in range(9):
+        A = _indefinite(5, n, dtype)
+        LD, pivots, info = check(torch.linalg.ldl_factor_ex, A, **tol)
+        if n > 2:
+            assert (pivots.cpu() < 0).any() and info.cpu()[2] == 1
+        ok = info.cpu() == 0
+        LD_c, piv_c = LD.cpu()[ok], pivots.cpu()[ok]
+        check(torch.linalg.ldl_solve, LD_c, piv_c, torch.randn(int(ok.sum()), n, 3, dtype=dtype),
+              rtol=1e-3 if dtype == torch.float32 else None, atol=1e-3 if dtype == torch.float32 else None)
+    A = _indefinite(4, 6, dtype)[:2]
+    check(torch.linalg.ldl_factor, A, hermitian=True, **tol)
+    LD, pivots = torch.linalg.ldl_factor(A[0])
+    check(torch.linalg.ldl_solve, LD, pivots, torch.randn(3, 6, 2, dtype=dtype), **tol)  # broadcast batch
+
+
+def test_ldl_out_variants_and_errors():
+    A = _indefinite(4, 5, torch.float64)
+    check(lambda a: torch.linalg.ldl_factor_ex(a, out=(torch.empty(0, device=a.device, dtype=a.dtype),
+                                                       torch.empty(0, device=a.device, dtype=torch.int32),
+                                                       torch.empty(0, device=a.device, dtype=torch.int32))), A)
+    LD, pivots = torch.linalg.ldl_factor(A[:2])
+    B = torch.randn(2, 5, 2, dtype=torch.float64)
+    check(lambda ld, p, b: torch.linalg.ldl_solve(ld, p, b, out=torch.empty(0, device=b.device, dtype=b.dtype)),
+          LD, pivots, B)
+    # A singular D raises as on CPU (PyTorch reports sytrf's info > 0 as an unknown error code)
+    with pytest.raises(RuntimeError, match="ldl_factor: Unknown error code: 1"):
+        torch.linalg.ldl_factor(A[2].to("neuron"))
+
+
+def test_ldl_complex_is_an_explicit_error():
+    A = torch.randn(3, 3, dtype=torch.complex64).to("neuron")
+    with pytest.raises(NotImplementedError, match="ldl_factor_ex: complex"):
+        torch.linalg.ldl_factor_ex(A)

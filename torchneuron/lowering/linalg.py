@@ -6,6 +6,7 @@ kernels do.
 """
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -339,6 +340,167 @@ def linalg_slogdet(A, *, A_contiguous=True):
         sign = parity * jnp.prod(jnp.sign(diag), axis=-1)
     sign = jnp.where(jnp.any(absdiag == 0, axis=-1), 0, sign).astype(A.dtype)
     return sign, logabsdet, lu, pivots
+
+
+# ----- LDL^T (Bunch-Kaufman)
+# CPU runs LAPACK's sytrf on the lower triangle and sytrs to solve. The factor is not unique (it
+# depends on the pivots), so these follow the unblocked LAPACK algorithm (sytf2, lower) step by
+# step: the same pivot tests with alpha = (1 + sqrt(17)) / 8, the same interchanges (only inside
+# the trailing submatrix; earlier columns of L are not permuted) and the same storage: D's 1x1 and
+# 2x2 blocks on the diagonal and subdiagonal, L's multipliers below, 1-based pivots, negative for
+# both columns of a 2x2 block. Blocked sytrf makes the same choices in exact arithmetic.
+
+def _bunch_kaufman_alpha(dtype):
+    """(1 + sqrt(17)) / 8 computed in the working precision, as LAPACK does."""
+    one, seventeen = np.asarray(1, dtype), np.asarray(17, dtype)
+    return (one + np.sqrt(seventeen)) / np.asarray(8, dtype)
+
+
+def _mirror_lower(x, rows):
+    """The symmetric matrix whose lower triangle is x's."""
+    return jnp.where(rows[:, None] >= rows[None, :], x, x.T)
+
+
+def _swap_trailing(work, k, a, b, rows):
+    """Interchanges rows and columns a and b (both >= k) of the trailing submatrix work[k:, k:]."""
+    perm = jnp.where(rows == a, b, jnp.where(rows == b, a, rows))
+    trailing = (rows[:, None] >= k) & (rows[None, :] >= k)
+    return jnp.where(trailing, work[perm][:, perm], work)
+
+
+def _ldl_factor_lower(a):
+    """sytf2 (lower) on one real symmetric matrix, its lower triangle read: (LD, pivots, info)."""
+    n = a.shape[-1]
+    rows = jnp.arange(n)
+    alpha = _bunch_kaufman_alpha(a.dtype)
+
+    def choose_pivot(work, k):
+        """(kp, kstep, singular): LAPACK's pivot tests on column k of the trailing submatrix."""
+        absakk = jnp.abs(work[k, k])
+        below = jnp.where(rows > k, jnp.abs(work[:, k]), -1)
+        imax = jnp.argmax(below)
+        colmax = jnp.maximum(below[imax], 0)
+        # the largest off-diagonal magnitude in row (= column) imax of the trailing submatrix
+        rowmax = jnp.max(jnp.where((rows >= k) & (rows != imax), jnp.abs(work[imax]), -1))
+        no_swap = (absakk >= alpha * colmax) | (absakk >= alpha * colmax * (colmax / rowmax))
+        one_by_one = no_swap | (jnp.abs(work[imax, imax]) >= alpha * rowmax)
+        singular = (jnp.maximum(absakk, colmax) == 0) | jnp.isnan(absakk)
+        kp = jnp.where(singular | no_swap, k, imax)
+        kstep = jnp.where(singular | one_by_one, 1, 2)
+        return kp, kstep, singular
+
+    def one_by_one(work, k):
+        """Rank-1 update of work[k+1:, k+1:] by column k and d = work[k, k]; column k becomes L's."""
+        r = 1 / work[k, k]
+        x = jnp.where(rows > k, work[:, k], 0)
+        inside = (rows[:, None] > k) & (rows[None, :] > k)
+        updated = _mirror_lower(work - x[:, None] * (r * x)[None, :], rows)
+        work = jnp.where(inside, updated, work)
+        return work.at[:, k].set(jnp.where(rows > k, x * r, work[:, k]))
+
+    def two_by_two(work, k):
+        """Rank-2 update of work[k+2:, k+2:] by columns k, k+1 and the 2x2 block D at (k, k)."""
+        d21 = work[k + 1, k]
+        d11 = work[k + 1, k + 1] / d21
+        d22 = work[k, k] / d21
+        t = 1 / (d11 * d22 - 1)
+        d21 = t / d21
+        col_k, col_k1 = work[:, k], work[:, k + 1]
+        wk = d21 * (d11 * col_k - col_k1)
+        wkp1 = d21 * (d22 * col_k1 - col_k)
+        after = rows > k + 1
+        inside = after[:, None] & after[None, :]
+        updated = work - col_k[:, None] * wk[None, :] - col_k1[:, None] * wkp1[None, :]
+        work = jnp.where(inside, _mirror_lower(updated, rows), work)
+        work = work.at[:, k].set(jnp.where(after, wk, col_k))
+        return work.at[:, k + 1].set(jnp.where(after, wkp1, col_k1))
+
+    def step(state):
+        k, work, pivots, info = state
+        kp, kstep, singular = choose_pivot(work, k)
+        work = _swap_trailing(work, k, k + kstep - 1, kp, rows)
+        work = jnp.where(singular, work, jnp.where(kstep == 1, one_by_one(work, k),
+                                                   two_by_two(work, jnp.minimum(k, n - 2))))
+        code = jnp.where(kstep == 1, kp + 1, -(kp + 1)).astype(jnp.int32)
+        pivots = jnp.where((rows == k) | ((rows == k + 1) & (kstep == 2)), code, pivots)
+        info = jnp.where((info == 0) & singular, k + 1, info).astype(jnp.int32)
+        return k + kstep, work, pivots, info
+
+    work = _mirror_lower(a, rows)
+    state = (jnp.int32(0), work, jnp.zeros(n, jnp.int32), jnp.int32(0))
+    _, work, pivots, info = lax.while_loop(lambda s: s[0] < n, step, state)
+    return jnp.tril(work), pivots, info
+
+
+def _swap_rows(b, i, j):
+    bi, bj = b[i], b[j]
+    return b.at[i].set(bj).at[j].set(bi)
+
+
+def _ldl_solve_lower(ld, pivots, b):
+    """sytrs (lower): solves A X = B given sytrf's LD and pivots for one matrix."""
+    n = ld.shape[-1]
+    rows = jnp.arange(n)
+
+    def forward(state):  # L D Y = P B, a block at a time
+        k, b = state
+        p = pivots[k]
+        two = p < 0
+        second = jnp.minimum(k + 1, n - 1)
+        b = jnp.where(two, _swap_rows(b, second, -p - 1), _swap_rows(b, k, p - 1))
+        b = b - jnp.where((rows > k + two)[:, None], ld[:, k][:, None] * b[k][None, :], 0)
+        b = b - jnp.where(two & (rows > k + 1)[:, None], ld[:, second][:, None] * b[second][None, :], 0)
+        single = b.at[k].multiply(1 / ld[k, k])
+        akm1k = ld[second, k]
+        akm1 = ld[k, k] / akm1k
+        ak = ld[second, second] / akm1k
+        denom = akm1 * ak - 1
+        bkm1, bk = b[k] / akm1k, b[second] / akm1k
+        block = b.at[k].set((ak * bkm1 - bk) / denom).at[second].set((akm1 * bk - bkm1) / denom)
+        return k + jnp.where(two, 2, 1), jnp.where(two, block, single)
+
+    def backward(state):  # L^T P^T X = Y, from the last block up
+        k, b = state
+        p = pivots[k]
+        two = p < 0
+        first = jnp.maximum(k - 1, 0)
+        after = (rows > k)[:, None]
+        b = b.at[k].add(-jnp.sum(jnp.where(after, b * ld[:, k][:, None], 0), axis=0))
+        b = jnp.where(two, b.at[first].add(-jnp.sum(jnp.where(after, b * ld[:, first][:, None], 0), axis=0)), b)
+        b = _swap_rows(b, k, jnp.where(two, -p, p) - 1)
+        return k - jnp.where(two, 2, 1), b
+
+    b = lax.while_loop(lambda s: s[0] < n, forward, (jnp.int32(0), b))[1]
+    return lax.while_loop(lambda s: s[0] >= 0, backward, (jnp.int32(n - 1), b))[1]
+
+
+def _require_real(op, A):
+    if jnp.iscomplexobj(A):
+        raise NotImplementedError(f"{op}: complex inputs ({A.dtype}) are not lowered on neuron yet; "
+                                  "factor on the CPU (A.cpu()) or use a real dtype")
+
+
+@lowers(aten.linalg_ldl_factor_ex.default)
+def linalg_ldl_factor_ex(self, *, hermitian=False, check_errors=False):
+    _require_real("linalg.ldl_factor_ex", self)
+    n = self.shape[-1]
+    batch = self.shape[:-2]
+    if n == 0 or self.size == 0:
+        return jnp.zeros(self.shape, self.dtype), jnp.zeros(batch + (n,), jnp.int32), jnp.zeros(batch, jnp.int32)
+    LD, pivots, info = jax.vmap(_ldl_factor_lower)(self.reshape(-1, n, n))
+    return LD.reshape(self.shape), pivots.reshape(batch + (n,)), info.reshape(batch)
+
+
+@lowers(aten.linalg_ldl_solve.default)
+def linalg_ldl_solve(LD, pivots, B, *, hermitian=False):
+    _require_real("linalg.ldl_solve", LD)
+    LD, B = _broadcast_batch(LD, B)
+    n, k = B.shape[-2:]
+    if n == 0 or B.size == 0:
+        return B
+    pivots = jnp.broadcast_to(pivots, LD.shape[:-1])
+    X = jax.vmap(_ldl_solve_lower)(LD.reshape(-1, n, n), pivots.reshape(-1, n), B.reshape(-1, n, k))
+    return X.reshape(B.shape)
 
 
 # ----- QR, SVD, eigh
