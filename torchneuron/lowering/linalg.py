@@ -381,12 +381,9 @@ class _Symmetry:
 
     def whole(self, x, rows):
         """The symmetric (Hermitian, with a real diagonal) matrix whose lower triangle is x's."""
-        lower = rows[:, None] > rows[None, :]
-        upper = jnp.swapaxes(x, -1, -2)
-        full = jnp.where(lower, x, self.conj(upper))
-        if self.hermitian:
-            return jnp.where(lower | (rows[:, None] < rows[None, :]), full, full.real.astype(x.dtype))
-        return jnp.where(lower | (rows[:, None] < rows[None, :]), full, x)
+        diagonal = x.real.astype(x.dtype) if self.hermitian else x
+        full = jnp.where(rows[:, None] > rows[None, :], x, self.conj(x.T))
+        return jnp.where(rows[:, None] == rows[None, :], diagonal, full)
 
 
 def _swap_trailing(work, k, a, b, rows):
