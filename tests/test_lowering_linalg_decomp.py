@@ -233,3 +233,58 @@ def test_lstsq_output_conventions(driver):
     for a, b in [(torch.randn(5, 3), torch.randn(5, 2)), (torch.randn(2, 5, 3), torch.randn(2, 5, 2)),
                  (torch.randn(3, 5), torch.randn(3, 2)), (torch.randn(5, 3), torch.randn(5))]:
         check(lambda a, b: torch.linalg.lstsq(a, b, driver=driver), a, b, rtol=1e-4, atol=1e-4)
+
+
+def _indefinite(batch, n, dtype, hermitian=False):
+    """Symmetric (Hermitian) matrices whose pivots cover every Bunch-Kaufman case: zero diagonals
+    (2x2 blocks), graded rows (1x1 interchanges), a zero matrix and a zero column (info > 0); the
+    upper triangle holds junk that must be ignored."""
+    a = torch.randn(batch, n, n, dtype=dtype)
+    a = a + (a.mH if hermitian else a.mT)
+    if n > 2:
+        a[0].diagonal().zero_()
+        a[1] = a[1] * torch.logspace(-2, 2, n, dtype=torch.float64).to(dtype)
+        a[1] = a[1] + (a[1].mH if hermitian else a[1].mT)
+        a[2] = 0
+        a[3, :, 1] = 0
+        a[3, 1, :] = 0
+    return a + torch.triu(torch.randn(n, n, dtype=dtype), 1)
+
+
+@pytest.mark.usefixtures("lowered_only")
+@pytest.mark.parametrize("dtype, hermitian", [(torch.float32, False), (torch.float64, True),
+                                              (torch.complex64, False), (torch.complex128, True)])
+def test_ldl_factor_and_solve_follow_lapack(dtype, hermitian):
+    # The factor is not unique: the lowering follows LAPACK's sytf2/hetf2 step by step, so LD, the
+    # 1-based pivots (negative for 2x2 blocks) and info equal CPU's exactly in convention.
+    torch.manual_seed(0)
+    single = dtype in (torch.float32, torch.complex64)
+    tol = {"rtol": 1e-4, "atol": 1e-4} if single else {}
+    solve_tol = {"rtol": 1e-3, "atol": 1e-3} if single else {}
+    for n in (0, 1, 2, 5, 8) if dtype.is_complex else range(9):  # each size compiles anew
+        A = _indefinite(5, n, dtype, hermitian)
+        LD, pivots, info = check(torch.linalg.ldl_factor_ex, A, hermitian=hermitian, **tol)
+        if n > 2:
+            assert (pivots.cpu() < 0).any() and info.cpu()[2] == 1
+        ok = info.cpu() == 0
+        LD_c, piv_c = LD.cpu()[ok], pivots.cpu()[ok]
+        B = torch.randn(int(ok.sum()), n, 3, dtype=dtype)
+        check(torch.linalg.ldl_solve, LD_c, piv_c, B, hermitian=hermitian, **solve_tol)
+    A = _indefinite(4, 6, dtype, hermitian)[:2]
+    LD, pivots = check(torch.linalg.ldl_factor, A, hermitian=hermitian, **tol)
+    B = torch.randn(3, 2, 6, 2, dtype=dtype)
+    check(torch.linalg.ldl_solve, LD.cpu()[0], pivots.cpu()[0], B, hermitian=hermitian, **solve_tol)  # broadcast
+
+
+def test_ldl_out_variants_and_errors():
+    A = _indefinite(4, 5, torch.float64)
+    check(lambda a: torch.linalg.ldl_factor_ex(a, out=(torch.empty(0, device=a.device, dtype=a.dtype),
+                                                       torch.empty(0, device=a.device, dtype=torch.int32),
+                                                       torch.empty(0, device=a.device, dtype=torch.int32))), A)
+    LD, pivots = torch.linalg.ldl_factor(A[:2])
+    B = torch.randn(2, 5, 2, dtype=torch.float64)
+    check(lambda ld, p, b: torch.linalg.ldl_solve(ld, p, b, out=torch.empty(0, device=b.device, dtype=b.dtype)),
+          LD, pivots, B)
+    # A singular D raises as on CPU (PyTorch reports sytrf's info > 0 as an unknown error code)
+    with pytest.raises(RuntimeError, match="ldl_factor: Unknown error code: 1"):
+        torch.linalg.ldl_factor(A[2].to("neuron"))

@@ -6,6 +6,7 @@ kernels do.
 """
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -339,6 +340,201 @@ def linalg_slogdet(A, *, A_contiguous=True):
         sign = parity * jnp.prod(jnp.sign(diag), axis=-1)
     sign = jnp.where(jnp.any(absdiag == 0, axis=-1), 0, sign).astype(A.dtype)
     return sign, logabsdet, lu, pivots
+
+
+# ----- LDL^T (Bunch-Kaufman)
+# CPU runs LAPACK's sytrf (hetrf for complex Hermitian) on the lower triangle and sytrs (hetrs) to
+# solve. The factor is not unique (it depends on the pivots), so these follow the unblocked LAPACK
+# algorithm (sytf2/hetf2, lower) step by step: the same pivot tests with alpha = (1 + sqrt(17)) / 8
+# and |re| + |im| as the size of a complex entry, the same interchanges (only inside the trailing
+# submatrix; earlier columns of L are not permuted) and the same storage: D's 1x1 and 2x2 blocks on
+# the diagonal and subdiagonal, L's multipliers below, 1-based pivots, negative for both columns of
+# a 2x2 block. Blocked sytrf makes the same choices in exact arithmetic. The working matrix is kept
+# whole (symmetric, or Hermitian with a real diagonal), so an interchange is a permutation of it.
+
+def _bunch_kaufman_alpha(dtype):
+    """(1 + sqrt(17)) / 8 computed in the working (real) precision, as LAPACK does."""
+    one, seventeen = np.asarray(1, dtype), np.asarray(17, dtype)
+    return (one + np.sqrt(seventeen)) / np.asarray(8, dtype)
+
+
+class _Symmetry:
+    """What separates the symmetric (sytf2) and the Hermitian (hetf2) algorithms."""
+
+    def __init__(self, dtype, hermitian):
+        self.complex = jnp.issubdtype(dtype, jnp.complexfloating)
+        self.hermitian = hermitian and self.complex
+
+    def conj(self, x):
+        return jnp.conj(x) if self.hermitian else x
+
+    def size(self, x):
+        """LAPACK's magnitude for pivot tests (cabs1 for complex)."""
+        return jnp.abs(x.real) + jnp.abs(x.imag) if self.complex else jnp.abs(x)
+
+    def diagonal_size(self, x):
+        return jnp.abs(x.real) if self.hermitian else self.size(x)
+
+    def diagonal(self, x):
+        """A diagonal entry as the algorithm reads it (hetf2 drops its imaginary part)."""
+        return x.real if self.hermitian else x
+
+    def whole(self, x, rows):
+        """The symmetric (Hermitian, with a real diagonal) matrix whose lower triangle is x's."""
+        diagonal = x.real.astype(x.dtype) if self.hermitian else x
+        full = jnp.where(rows[:, None] > rows[None, :], x, self.conj(x.T))
+        return jnp.where(rows[:, None] == rows[None, :], diagonal, full)
+
+
+def _swap_trailing(work, k, a, b, rows):
+    """Interchanges rows and columns a and b (both >= k) of the trailing submatrix work[k:, k:]."""
+    perm = jnp.where(rows == a, b, jnp.where(rows == b, a, rows))
+    trailing = (rows[:, None] >= k) & (rows[None, :] >= k)
+    return jnp.where(trailing, work[perm][:, perm], work)
+
+
+def _ldl_factor_lower(a, sym):
+    """sytf2/hetf2 (lower) on one matrix, its lower triangle read: (LD, pivots, info)."""
+    n = a.shape[-1]
+    rows = jnp.arange(n)
+    alpha = _bunch_kaufman_alpha(jnp.finfo(a.dtype).dtype)
+
+    def choose_pivot(work, k):
+        """(kp, kstep, singular): LAPACK's pivot tests on column k of the trailing submatrix."""
+        absakk = sym.diagonal_size(work[k, k])
+        below = jnp.where(rows > k, sym.size(work[:, k]), -1)
+        imax = jnp.argmax(below)
+        colmax = jnp.maximum(below[imax], 0)
+        # the largest off-diagonal size in row (= column) imax of the trailing submatrix
+        rowmax = jnp.max(jnp.where((rows >= k) & (rows != imax), sym.size(work[imax]), -1))
+        no_swap = (absakk >= alpha * colmax) | (absakk >= alpha * colmax * (colmax / rowmax))
+        one_by_one = no_swap | (sym.diagonal_size(work[imax, imax]) >= alpha * rowmax)
+        singular = (jnp.maximum(absakk, colmax) == 0) | jnp.isnan(absakk)
+        kp = jnp.where(singular | no_swap, k, imax)
+        kstep = jnp.where(singular | one_by_one, 1, 2)
+        return kp, kstep, singular
+
+    def update(work, k, first, updated, columns):
+        """work with its trailing part from `first` on replaced by `updated` (made whole again)
+        and columns k.. of L below it by `columns`."""
+        after = rows >= first
+        work = jnp.where(after[:, None] & after[None, :], sym.whole(updated, rows), work)
+        for j, column in enumerate(columns):
+            work = work.at[:, k + j].set(jnp.where(after, column, work[:, k + j]))
+        return work
+
+    def one_by_one(work, k):
+        """Rank-1 update of work[k+1:, k+1:] by column k and d = work[k, k]."""
+        r = 1 / sym.diagonal(work[k, k])
+        x = work[:, k]
+        updated = work - x[:, None] * (r * sym.conj(x))[None, :]
+        return update(work, k, k + 1, updated, [x * r])
+
+    def two_by_two(work, k):
+        """Rank-2 update of work[k+2:, k+2:] by columns k, k+1 and the 2x2 block D at (k, k)."""
+        col_k, col_k1 = work[:, k], work[:, k + 1]
+        if sym.hermitian:
+            d = jnp.abs(work[k + 1, k])
+            d11 = work[k + 1, k + 1].real / d
+            d22 = work[k, k].real / d
+            d21 = work[k + 1, k] / d
+            d = (1 / (d11 * d22 - 1)) / d
+            wk = d * (d11 * col_k - d21 * col_k1)
+            wkp1 = d * (d22 * col_k1 - jnp.conj(d21) * col_k)
+        else:
+            d21 = work[k + 1, k]
+            d11 = work[k + 1, k + 1] / d21
+            d22 = work[k, k] / d21
+            d21 = (1 / (d11 * d22 - 1)) / d21
+            wk = d21 * (d11 * col_k - col_k1)
+            wkp1 = d21 * (d22 * col_k1 - col_k)
+        updated = work - col_k[:, None] * sym.conj(wk)[None, :] - col_k1[:, None] * sym.conj(wkp1)[None, :]
+        return update(work, k, k + 2, updated, [wk, wkp1])
+
+    def step(state):
+        k, work, pivots, info = state
+        kp, kstep, singular = choose_pivot(work, k)
+        work = _swap_trailing(work, k, k + kstep - 1, kp, rows)
+        work = jnp.where(singular, work, jnp.where(kstep == 1, one_by_one(work, k),
+                                                   two_by_two(work, jnp.minimum(k, n - 2))))
+        code = jnp.where(kstep == 1, kp + 1, -(kp + 1)).astype(jnp.int32)
+        pivots = jnp.where((rows == k) | ((rows == k + 1) & (kstep == 2)), code, pivots)
+        info = jnp.where((info == 0) & singular, k + 1, info).astype(jnp.int32)
+        return k + kstep, work, pivots, info
+
+    state = (jnp.int32(0), sym.whole(a, rows), jnp.zeros(n, jnp.int32), jnp.int32(0))
+    _, work, pivots, info = lax.while_loop(lambda s: s[0] < n, step, state)
+    return jnp.tril(work), pivots, info
+
+
+def _swap_rows(b, i, j):
+    bi, bj = b[i], b[j]
+    return b.at[i].set(bj).at[j].set(bi)
+
+
+def _ldl_solve_lower(ld, pivots, b, sym):
+    """sytrs/hetrs (lower): solves A X = B given the factor LD and pivots of one matrix."""
+    n = ld.shape[-1]
+    rows = jnp.arange(n)
+
+    def forward(state):  # L D Y = P B, a block at a time
+        k, b = state
+        p = pivots[k]
+        two = p < 0
+        second = jnp.minimum(k + 1, n - 1)
+        b = jnp.where(two, _swap_rows(b, second, -p - 1), _swap_rows(b, k, p - 1))
+        b = b - jnp.where((rows > k + two)[:, None], ld[:, k][:, None] * b[k][None, :], 0)
+        b = b - jnp.where(two & (rows > k + 1)[:, None], ld[:, second][:, None] * b[second][None, :], 0)
+        single = b.at[k].multiply(1 / sym.diagonal(ld[k, k]))
+        akm1k = ld[second, k]
+        akm1 = ld[k, k] / sym.conj(akm1k)
+        ak = ld[second, second] / akm1k
+        denom = akm1 * ak - 1
+        bkm1, bk = b[k] / sym.conj(akm1k), b[second] / akm1k
+        block = b.at[k].set((ak * bkm1 - bk) / denom).at[second].set((akm1 * bk - bkm1) / denom)
+        return k + jnp.where(two, 2, 1), jnp.where(two, block, single)
+
+    def backward(state):  # L^T P^T X = Y (L^H for Hermitian), from the last block up
+        k, b = state
+        p = pivots[k]
+        two = p < 0
+        first = jnp.maximum(k - 1, 0)
+        after = (rows > k)[:, None]
+
+        def column_dot(j):
+            return jnp.sum(jnp.where(after, b * sym.conj(ld[:, j])[:, None], 0), axis=0)
+
+        b = b.at[k].add(-column_dot(k))
+        b = jnp.where(two, b.at[first].add(-column_dot(first)), b)
+        b = _swap_rows(b, k, jnp.where(two, -p, p) - 1)
+        return k - jnp.where(two, 2, 1), b
+
+    b = lax.while_loop(lambda s: s[0] < n, forward, (jnp.int32(0), b))[1]
+    return lax.while_loop(lambda s: s[0] >= 0, backward, (jnp.int32(n - 1), b))[1]
+
+
+@lowers(aten.linalg_ldl_factor_ex.default)
+def linalg_ldl_factor_ex(self, *, hermitian=False, check_errors=False):
+    n = self.shape[-1]
+    batch = self.shape[:-2]
+    if n == 0 or self.size == 0:
+        return jnp.zeros(self.shape, self.dtype), jnp.zeros(batch + (n,), jnp.int32), jnp.zeros(batch, jnp.int32)
+    sym = _Symmetry(self.dtype, hermitian)
+    LD, pivots, info = jax.vmap(lambda a: _ldl_factor_lower(a, sym))(self.reshape(-1, n, n))
+    return LD.reshape(self.shape), pivots.reshape(batch + (n,)), info.reshape(batch)
+
+
+@lowers(aten.linalg_ldl_solve.default)
+def linalg_ldl_solve(LD, pivots, B, *, hermitian=False):
+    LD, B = _broadcast_batch(LD, B)
+    n, k = B.shape[-2:]
+    if n == 0 or B.size == 0:
+        return B
+    sym = _Symmetry(LD.dtype, hermitian)
+    pivots = jnp.broadcast_to(pivots, LD.shape[:-1])
+    X = jax.vmap(lambda ld, p, b: _ldl_solve_lower(ld, p, b, sym))(
+        LD.reshape(-1, n, n), pivots.reshape(-1, n), B.reshape(-1, n, k))
+    return X.reshape(B.shape)
 
 
 # ----- QR, SVD, eigh
