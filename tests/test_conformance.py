@@ -97,6 +97,17 @@ def test_compare_handles_nan_inf_and_structure():
     assert "int64" in classify.compare(e.long(), e, 1e-5, 1e-5)["message"]
 
 
+def test_tolerance_follows_each_output_dtype():
+    # an int64 sample whose op returns float32 (sin, cosh) is compared with float32's tolerance, as
+    # PyTorch's assertEqual does; integer outputs stay exact
+    expected = torch.tensor([1.0, 4096.0])
+    one_ulp = torch.nextafter(expected, torch.tensor(float("inf")))
+    rtol, atol = classify.tolerance(_opinfo("synthetic", torch.sin), torch.int64)
+    assert classify.compare(one_ulp, expected, rtol, atol) is None
+    assert classify.compare(torch.tensor([2]), torch.tensor([1]), rtol, atol) is not None
+    assert classify.compare(one_ulp.double(), expected.double(), rtol, atol) is not None
+
+
 def test_fast_slice(tmp_path):
     size = int(os.environ.get("CONFORMANCE_SLICE", "40"))
     summary = run_conformance(SLICE[:size], ["float32"], jobs=2, timeout=240, max_samples=4, out=tmp_path,
