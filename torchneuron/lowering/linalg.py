@@ -389,7 +389,11 @@ def linalg_eigh(A, UPLO="L", compute_v=True):
 
 @lowers(aten.linalg_matrix_exp.default)
 def linalg_matrix_exp(self):
-    return jax.scipy.linalg.expm(self)  # batched
+    # JAX's expm takes float32/64 and complex only: half types compute in float32 and round once
+    acc = _acc_dtype(self.dtype)
+    if acc is None:
+        return jax.scipy.linalg.expm(self)  # batched
+    return jax.scipy.linalg.expm(self.astype(acc)).astype(self.dtype)
 
 
 @lowers(aten.linalg_cross.default)
