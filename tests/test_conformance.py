@@ -108,6 +108,21 @@ def test_tolerance_follows_each_output_dtype():
     assert classify.compare(one_ulp.double(), expected.double(), rtol, atol) is not None
 
 
+def test_samples_naming_cpu_move_to_neuron():
+    # x.to("cpu", dtype) samples name the device as a string: the neuron run targets neuron
+    moved = runner._Mover()(["cpu", torch.device("cpu"), {"device": "cpu"}])
+    assert moved == [torch.device("neuron")] * 2 + [{"device": torch.device("neuron")}]
+
+    def samples(op, device, dtype, requires_grad, **kwargs):
+        yield SampleInput(make_tensor((3,), device=device, dtype=dtype, requires_grad=requires_grad),
+                          args=("cpu", torch.float64))
+
+    op = OpInfo("synthetic_to", op=torch.Tensor.to, dtypes=(torch.float32,), sample_inputs_func=samples,
+                supports_out=False)
+    record = runner.run_op_dtype(op, torch.float32)
+    assert record["status"] == "pass" and record["variants"]["backward"]["status"] == "pass", record
+
+
 def test_fast_slice(tmp_path):
     size = int(os.environ.get("CONFORMANCE_SLICE", "40"))
     summary = run_conformance(SLICE[:size], ["float32"], jobs=2, timeout=240, max_samples=4, out=tmp_path,

@@ -44,7 +44,7 @@ class _Mover:
                 copy = v.detach().to("neuron")
                 self.copies[id(v)] = copy.requires_grad_() if v.requires_grad else copy
             return self.copies[id(v)]
-        if isinstance(v, torch.device) and v.type == "cpu":
+        if (isinstance(v, torch.device) and v.type == "cpu") or (isinstance(v, str) and v == "cpu"):
             return torch.device("neuron")
         if isinstance(v, torch.Generator):  # a CPU generator cannot drive neuron's random ops
             return None
