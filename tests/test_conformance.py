@@ -123,6 +123,19 @@ def test_samples_naming_cpu_move_to_neuron():
     assert record["status"] == "pass" and record["variants"]["backward"]["status"] == "pass", record
 
 
+def test_views_keep_their_storage():
+    # as_strided addresses the storage around a view: the neuron copy must carry that storage
+    def samples(op, device, dtype, requires_grad, **kwargs):
+        base = make_tensor((20,), device=device, dtype=dtype)
+        yield SampleInput(base[5:15].requires_grad_(requires_grad), args=((2, 2), (1, 2)),
+                          kwargs={"storage_offset": 0})
+
+    op = OpInfo("synthetic_as_strided", op=torch.as_strided, dtypes=(torch.float32,), sample_inputs_func=samples,
+                supports_out=False)
+    record = runner.run_op_dtype(op, torch.float32)
+    assert record["status"] == "pass" and record["variants"]["backward"]["status"] == "pass", record
+
+
 def test_fast_slice(tmp_path):
     size = int(os.environ.get("CONFORMANCE_SLICE", "40"))
     summary = run_conformance(SLICE[:size], ["float32"], jobs=2, timeout=240, max_samples=4, out=tmp_path,

@@ -41,7 +41,7 @@ class _Mover:
     def _move(self, v):
         if isinstance(v, torch.Tensor):
             if id(v) not in self.copies:
-                copy = v.detach().to("neuron")
+                copy = _copy_with_storage(v.detach())
                 self.copies[id(v)] = copy.requires_grad_() if v.requires_grad else copy
             return self.copies[id(v)]
         if (isinstance(v, torch.device) and v.type == "cpu") or (isinstance(v, str) and v == "cpu"):
@@ -58,6 +58,17 @@ class _Mover:
         if moved.get("device") == "cpu":
             moved["device"] = "neuron"
         return moved
+
+
+def _copy_with_storage(t: torch.Tensor) -> torch.Tensor:
+    """t on neuron; a view into a larger storage (base[5:15]) keeps its storage, offset and strides,
+    since ops like as_strided address the storage rather than the view."""
+    storage_numel = t.untyped_storage().nbytes() // max(t.element_size(), 1)
+    if (t.layout != torch.strided or t.is_conj() or t.is_neg()
+            or (t.storage_offset() == 0 and storage_numel == t.numel())):
+        return t.to("neuron")
+    storage = torch.empty(0, dtype=t.dtype).set_(t.untyped_storage(), 0, (storage_numel,), (1,))
+    return storage.to("neuron").as_strided(t.shape, t.stride(), t.storage_offset())
 
 
 def _samples(op, dtype, requires_grad, limit):
