@@ -136,6 +136,27 @@ def test_views_keep_their_storage():
     assert record["status"] == "pass" and record["variants"]["backward"]["status"] == "pass", record
 
 
+@pytest.mark.parametrize("worse", ["cpu", "neuron"])
+def test_half_mismatch_judged_against_float64(worse):
+    # a half-precision result that differs from CPU's passes only when it is at least as close to
+    # the float64 result as CPU's
+    def third(x):
+        if x.device.type == worse and x.dtype == torch.float16:
+            return (x.float() / 3 * (1 + 2 ** -8)).half()
+        return x / 3
+
+    def samples(op, device, dtype, requires_grad, **kwargs):
+        yield SampleInput(make_tensor((3, 4), device=device, dtype=dtype, low=1, high=4, requires_grad=requires_grad))
+
+    op = OpInfo("synthetic_third", op=third, dtypes=(torch.float16,), sample_inputs_func=samples, supports_out=False)
+    record = runner.run_op_dtype(op, torch.float16)
+    forward = record["variants"]["forward"]
+    if worse == "cpu":
+        assert record["status"] == "pass" and forward["float64_judged"] == 1, record
+    else:
+        assert record["status"] == "mismatch" and forward["status"] == "mismatch", record
+
+
 def test_fast_slice(tmp_path):
     size = int(os.environ.get("CONFORMANCE_SLICE", "40"))
     summary = run_conformance(SLICE[:size], ["float32"], jobs=2, timeout=240, max_samples=4, out=tmp_path,
