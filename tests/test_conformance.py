@@ -157,6 +157,13 @@ def test_half_mismatch_judged_against_float64(worse):
         assert record["status"] == "mismatch" and forward["status"] == "mismatch", record
 
 
+def test_arguments_pytorch_keeps_on_cpu_stay_there():
+    # tensor_split takes its tensor of split points on CPU only, as PyTorch's device tests pass it
+    op = next(o for o in runner.load_op_db() if o.name == "tensor_split")
+    record = runner.run_op_dtype(op, torch.float32, max_samples=4)
+    assert record["status"] == "pass", record
+
+
 def test_fast_slice(tmp_path):
     size = int(os.environ.get("CONFORMANCE_SLICE", "40"))
     summary = run_conformance(SLICE[:size], ["float32"], jobs=2, timeout=240, max_samples=4, out=tmp_path,

@@ -32,11 +32,16 @@ def _fallback_counts() -> dict[str, int]:
 class _Mover:
     """Copies a sample to neuron, keeping aliasing (one copy per CPU tensor) so gradients line up."""
 
-    def __init__(self):
+    def __init__(self, op=None):
         self.copies: dict[int, torch.Tensor] = {}
+        self.cpu_args = skips.CPU_ARGS.get(full_name(op), ()) if op is not None else ()
 
     def __call__(self, value):
         return tree_map(self._move, value)
+
+    def args(self, args) -> list:
+        """The positional arguments, those PyTorch requires on CPU left there."""
+        return [a if i in self.cpu_args else self(a) for i, a in enumerate(args)]
 
     def _move(self, v):
         if isinstance(v, torch.Tensor):
@@ -107,7 +112,7 @@ def _attempt(fn, *args, **kwargs):
 def _call(fn, sample, mover=None, **extra):
     if mover is None:
         return fn(sample.input, *sample.args, **sample.kwargs, **extra)
-    return fn(mover(sample.input), *mover(sample.args), **mover.kwargs(sample.kwargs), **extra)
+    return fn(mover(sample.input), *mover.args(sample.args), **mover.kwargs(sample.kwargs), **extra)
 
 
 class _Variant:
@@ -150,7 +155,7 @@ class _Variant:
 def _forward(op, dtype, tol, shape_only, limit) -> dict:
     v = _Variant()
     for i, sample in enumerate(_samples(op, dtype, False, limit)):
-        mover = _Mover()
+        mover = _Mover(op)
         mover.prepare(sample)  # copy before the CPU run, which may mutate its inputs
         wide = _Float64Sample(sample) if dtype in classify.LOW_PRECISION else None
         expected, exc = _attempt(_call, op, sample)
@@ -191,7 +196,7 @@ def _backward(op, dtype, tol, limit) -> dict:
     v = _Variant()
     generator = torch.Generator().manual_seed(0)
     for i, sample in enumerate(_samples(op, dtype, True, limit)):
-        mover = _Mover()
+        mover = _Mover(op)
         mover.prepare(sample)
         wide = _Float64Sample(sample) if dtype in classify.LOW_PRECISION else None
         leaves = list({id(t): t for t in tree_flatten([sample.input, sample.args, sample.kwargs])[0]
@@ -238,7 +243,7 @@ def _call_out(op, sample, out, mover=None):
 def _out(op, dtype, tol, shape_only, limit) -> dict:
     v = _Variant()
     for i, sample in enumerate(_samples(op, dtype, False, limit)):
-        mover = _Mover()
+        mover = _Mover(op)
         mover.prepare(sample)
         expected, exc = _attempt(_call, op, sample)
         if exc:
@@ -270,7 +275,7 @@ def _inplace(op, dtype, tol, shape_only, limit) -> dict:
     for i, sample in enumerate(_samples(op, dtype, False, limit)):
         if sample.broadcasts_input or not isinstance(sample.input, torch.Tensor):
             continue
-        mover = _Mover()
+        mover = _Mover(op)
         target = mover(sample.input)
         mover.prepare(sample)
         _, exc = _attempt(_call, op.inplace_variant, sample)

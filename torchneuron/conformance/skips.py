@@ -44,6 +44,13 @@ RANDOM_SAMPLES = {
 }
 
 
+# Positional sample arguments that PyTorch requires on CPU whatever the op's device; PyTorch's device
+# tests leave them there (the samples make them with torch.tensor, without a device), so do we.
+CPU_ARGS = {
+    "tensor_split": (0,),  # tensor_indices_or_sections
+}
+
+
 def random_sample(name: str, sample) -> bool:
     predicate = RANDOM_SAMPLES.get(name)
     return bool(predicate and predicate(sample))
