@@ -376,6 +376,18 @@ def test_histc_counts_integers_like_cuda():
     torch.testing.assert_close(out.cpu(), torch.bincount(x, minlength=8).to(torch.int32))
 
 
+@pytest.mark.usefixtures("lowered_only")
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8])
+def test_bincount(dtype):
+    x = torch.tensor([1, 3, 3, 0, 7], dtype=dtype)
+    check(torch.bincount, x)
+    check(lambda x: torch.bincount(x, minlength=10), x)
+    # float32 weights keep their dtype, all others count in float64
+    for w in (torch.rand(5), torch.rand(5, dtype=torch.float64), torch.rand(5).half(), torch.arange(5)):
+        check(torch.bincount, x, w)
+    check(lambda x: torch.bincount(x, minlength=3), x[:0])
+
+
 def test_trace_renorm_and_inplace_polygamma():
     m = torch.randn(4, 5)
     check(torch.trace, m, grad=True)
