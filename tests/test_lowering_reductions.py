@@ -388,6 +388,19 @@ def test_bincount(dtype):
     check(lambda x: torch.bincount(x, minlength=3), x[:0])
 
 
+@pytest.mark.usefixtures("lowered_only")
+def test_complex_logsumexp_logcumsumexp_branch_like_cpu():
+    # CPU shifts by the max real part and accumulates in order, which fixes the imaginary part's
+    # branch (a shift by the complex max, or a tree of partial sums, lands 2*pi away)
+    x = torch.randn(3, 40, dtype=torch.complex64, generator=torch.Generator().manual_seed(0)) * 3
+    for dim in (0, -1):
+        check(lambda x, d=dim: torch.logsumexp(x, d), x, rtol=1e-5, atol=1e-5)
+        check(lambda x, d=dim: torch.logcumsumexp(x, d), x, rtol=1e-4, atol=1e-4)
+    special = torch.tensor([complex(-float("inf"), 2), 1 + 1j, complex(float("nan"), 0), 3j])
+    check(lambda x: torch.logcumsumexp(x, 0), special)
+    check(lambda x: torch.logcumsumexp(x, 0), torch.zeros(0, 3, dtype=torch.complex64))
+
+
 def test_trace_renorm_and_inplace_polygamma():
     m = torch.randn(4, 5)
     check(torch.trace, m, grad=True)
