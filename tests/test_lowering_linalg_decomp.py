@@ -230,3 +230,11 @@ def test_lstsq_output_conventions(driver):
     for a, b in [(torch.randn(5, 3), torch.randn(5, 2)), (torch.randn(2, 5, 3), torch.randn(2, 5, 2)),
                  (torch.randn(3, 5), torch.randn(3, 2)), (torch.randn(5, 3), torch.randn(5))]:
         check(lambda a, b: torch.linalg.lstsq(a, b, driver=driver), a, b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("driver", [None, "gels", "gelsd"])
+def test_lstsq_complex_residuals_are_real(driver):
+    torch.manual_seed(0)
+    for m in (5, 3):  # residuals computed (m > n) and empty
+        a, b = torch.randn(m, 3, dtype=torch.complex64), torch.randn(m, 2, dtype=torch.complex64)
+        check(lambda a, b: torch.linalg.lstsq(a, b, driver=driver), a, b, rtol=1e-4, atol=1e-4)

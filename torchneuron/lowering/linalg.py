@@ -436,7 +436,7 @@ def linalg_lstsq(self, b, rcond=None, *, driver=None):
     if m > n and driver != "gelsy" and full_rank:
         residuals = jnp.sum(jnp.abs(self @ solution - rhs) ** 2, axis=-2)
     else:
-        residuals = jnp.zeros((0,), self.dtype)
+        residuals = jnp.zeros((0,), s.dtype)  # real, as for complex inputs the residuals are
     return (solution[..., 0] if vector else solution, residuals,
             rank if driver != "gels" else jnp.zeros((0,), jnp.int64),
             s if driver in ("gelsd", "gelss") else jnp.zeros((0,), s.dtype))
