@@ -242,8 +242,10 @@ def polygamma(n, self):
         return digamma(self)
     value = _polygamma_positive(n, self)
     if n == 1:  # PyTorch's trigamma tends to 0 at +inf, where the series gives NaN
-        value = jnp.where(self == jnp.inf, jnp.zeros_like(value), value)
-    return value
+        return jnp.where(self == jnp.inf, jnp.zeros_like(value), value)
+    # poles at 0, -1, -2...: (-1)^(n+1) n! zeta(n+1, x) with zeta infinite there, as on CPU
+    pole = (self <= 0) & (self == jnp.floor(self))
+    return jnp.where(pole, _const(jnp.inf if n % 2 else -jnp.inf, value), value)
 
 
 _SHIFT_LIMIT = 64
