@@ -163,6 +163,45 @@ def test_compare_handles_nan_inf_and_structure():
     assert "int64" in classify.compare(e.long(), e, 1e-5, 1e-5)["message"]
 
 
+def test_tolerance_follows_each_output_dtype():
+    # an int64 sample whose op returns float32 (sin, cosh) is compared with float32's tolerance, as
+    # PyTorch's assertEqual does; integer outputs stay exact
+    expected = torch.tensor([1.0, 4096.0])
+    one_ulp = torch.nextafter(expected, torch.tensor(float("inf")))
+    rtol, atol = classify.tolerance(_opinfo("synthetic", torch.sin), torch.int64)
+    assert classify.compare(one_ulp, expected, rtol, atol) is None
+    assert classify.compare(torch.tensor([2]), torch.tensor([1]), rtol, atol) is not None
+    assert classify.compare(one_ulp.double(), expected.double(), rtol, atol) is not None
+
+
+@pytest.mark.parametrize("worse", ["cpu", "neuron"])
+def test_half_mismatch_judged_against_float64(worse):
+    # a half-precision result that differs from CPU's passes only when it is at least as close to
+    # the float64 result as CPU's
+    def third(x):
+        if x.device.type == worse and x.dtype == torch.float16:
+            return (x.float() / 3 * (1 + 2 ** -8)).half()
+        return x / 3
+
+    def samples(op, device, dtype, requires_grad, **kwargs):
+        yield SampleInput(make_tensor((3, 4), device=device, dtype=dtype, low=1, high=4, requires_grad=requires_grad))
+
+    op = OpInfo("synthetic_third", op=third, dtypes=(torch.float16,), sample_inputs_func=samples, supports_out=False)
+    record = runner.run_op_dtype(op, torch.float16)
+    forward = record["variants"]["forward"]
+    if worse == "cpu":
+        assert record["status"] == "pass" and forward["float64_judged"] == 1, record
+    else:
+        assert record["status"] == "mismatch" and forward["status"] == "mismatch", record
+
+
+def test_arguments_pytorch_keeps_on_cpu_stay_there():
+    # tensor_split takes its tensor of split points on CPU only, as PyTorch's device tests pass it
+    op = next(o for o in runner.load_op_db() if o.name == "tensor_split")
+    record = runner.run_op_dtype(op, torch.float32, max_samples=4)
+    assert record["status"] == "pass", record
+
+
 def test_fast_slice(tmp_path):
     size = int(os.environ.get("CONFORMANCE_SLICE", "40"))
     summary = run_conformance(SLICE[:size], ["float32"], jobs=2, timeout=240, max_samples=4, out=tmp_path,

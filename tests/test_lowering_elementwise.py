@@ -644,6 +644,13 @@ def test_digamma_and_trigamma_follow_cpu_near_poles(dtype):
     check(torch.digamma, torch.linspace(-4.9, 4.9, 50, dtype=dtype), grad=True, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_polygamma_poles(n):
+    # 0, -1, -2... are poles: (-1)^(n+1) inf on CPU (bool and integer samples hit 0 exactly)
+    check(lambda t: torch.polygamma(n, t), torch.tensor([0.0, -0.0, -1.0, -3.0, 1.0]), rtol=1e-4, atol=1e-4)
+    check(lambda t: torch.polygamma(n, t), torch.tensor([False, True]), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("name", ["chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_polynomial_v",
                                   "chebyshev_polynomial_w", "shifted_chebyshev_polynomial_t",
                                   "hermite_polynomial_h", "hermite_polynomial_he", "laguerre_polynomial_l",

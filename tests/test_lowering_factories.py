@@ -94,3 +94,11 @@ def test_scalar_tensor():
 def test_device_index():
     assert torch.zeros(2, device="neuron:1").device == torch.device("neuron", 1)
     assert torch.arange(3, device="neuron:1").device == torch.device("neuron", 1)
+
+
+@pytest.mark.usefixtures("lowered_only")
+@pytest.mark.parametrize("shape", [(3, 4, 1), (3, 4, -1), (4, 3, 0), (0, 3, 0), (3, 3, 5), (3, 3, -5)])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_triu_tril_indices(shape, dtype):
+    for fn in (torch.triu_indices, torch.tril_indices):
+        assert_same(fn(*shape, dtype=dtype), fn(*shape, dtype=dtype, device="neuron"))

@@ -150,6 +150,19 @@ def test_index_add_copy_fill():
     check(lambda t, i: t.index_fill(0, i, 3), make((), torch.int64), torch.tensor([0]))
 
 
+@pytest.mark.parametrize("reduce", ["sum", "prod", "amax", "amin"])
+def test_bool_accumulating_scatters(reduce):
+    # bool sums and products are or and and (XLA scatters have no bool add or multiply)
+    x, i, src = make((5,), torch.bool), idx(1, 1, 3, 0), torch.tensor([True, True, False, False])
+    check(lambda x, i, s: x.index_add(0, i, s), x, i, src)
+    check(lambda x, i, s: x.put(i, s, accumulate=True), x, i, src)
+    check(lambda x, i, s: x.index_put((i,), s, accumulate=True), x, i, src)
+    check(lambda x, i, s: x.scatter_add(0, i, s), x, i, src)
+    check(lambda x, i, s: x.scatter(0, i, s, reduce="multiply"), ~x, i, src)
+    for include_self in (True, False):
+        check(lambda x, i, s, inc=include_self: x.scatter_reduce(0, i, s, reduce, include_self=inc), x, i, src)
+
+
 def test_masked_scatter_take_put():
     x = make((4, 5))
     check(lambda t, m, s: t.masked_scatter(m, s), x, x > 0, make((30,)))

@@ -195,6 +195,15 @@ def test_matrix_exp_follows_cpus_taylor_degrees(norm):
     check(torch.linalg.matrix_exp, torch.full((3, 3), float("nan")))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_matrix_exp_half(dtype):
+    # Computed in float32 and rounded once. CPU's own half kernel gives NaN for this input (its
+    # squaring steps overflow in half), so the reference is CPU's float32 result, rounded.
+    a = (torch.randn(5, 5) * 2).to(dtype)
+    actual = torch.linalg.matrix_exp(a.to("neuron")).cpu()
+    torch.testing.assert_close(actual, torch.linalg.matrix_exp(a.float()).to(dtype))
+
+
 def test_eig():
     # General eigenproblem: XLA has no kernel of its own; JAX runs LAPACK's geev on CPU. The
     # eigenvectors agree with PyTorch's up to a unit factor per column (complex pairs can differ
@@ -288,3 +297,11 @@ def test_ldl_out_variants_and_errors():
     # A singular D raises as on CPU (PyTorch reports sytrf's info > 0 as an unknown error code)
     with pytest.raises(RuntimeError, match="ldl_factor: Unknown error code: 1"):
         torch.linalg.ldl_factor(A[2].to("neuron"))
+
+
+@pytest.mark.parametrize("driver", [None, "gels", "gelsd"])
+def test_lstsq_complex_residuals_are_real(driver):
+    torch.manual_seed(0)
+    for m in (5, 3):  # residuals computed (m > n) and empty
+        a, b = torch.randn(m, 3, dtype=torch.complex64), torch.randn(m, 2, dtype=torch.complex64)
+        check(lambda a, b: torch.linalg.lstsq(a, b, driver=driver), a, b, rtol=1e-4, atol=1e-4)

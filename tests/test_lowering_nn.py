@@ -291,6 +291,28 @@ def test_batch_norm_with_and_without_update():
     assert_same(cpu, dev, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("param_dtype", ["same", torch.float32])
+def test_half_norm_statistics_dtype_like_cpu(dtype, param_dtype):
+    """CPU saves a half input's mean and inverse std in the input's dtype, or in float32 when a
+    parameter is float32; PyTorch's meta kernels say float32 (group norm: the input's) always."""
+    aten = torch.ops.aten
+    pd = dtype if param_dtype == "same" else param_dtype
+    x, w, rm = torch.randn(2, 3, 4, dtype=dtype), torch.randn(3, dtype=pd), torch.zeros(3, dtype=pd)
+    tol = {"rtol": 2e-2, "atol": 2e-2}
+    check(lambda x, w: aten.native_layer_norm(x, (3,), w, w, 1e-5), x.mT, w, **tol)
+    check(lambda x, w: aten.native_group_norm(x, w, w, 2, 3, 4, 3, 1e-5), x, w, **tol)
+    for training in (True, False):
+        check(lambda x, w, rm, rv, t=training: aten.native_batch_norm(x, w, w, rm, rv, t, 0.1, 1e-5), x, w, rm,
+              rm + 1, **tol)
+        check(lambda x, w, rm, rv, t=training: (aten._native_batch_norm_legit(x, w, w, rm, rv, t, 0.1, 1e-5), rm, rv),
+              x, w, rm, rm + 1, **tol)
+    check(lambda x, w, rm, rv: (aten._batch_norm_with_update(x, w, w, rm, rv, 0.1, 1e-5)[:3], rm, rv),
+          x, w, rm, rm + 1, **tol)
+    check(lambda x: aten._native_batch_norm_legit(x, None, None, True, 0.1, 1e-5), x, **tol)
+    check(lambda x: F.layer_norm(x, (4,)), x, grad=True, **tol)  # the backward reads the saved statistics
+
+
 @pytest.mark.parametrize("training", [True, False])
 def test_batch_norm_out_variants(training):
     aten = torch.ops.aten

@@ -384,6 +384,31 @@ def test_histc_counts_integers_like_cuda():
     torch.testing.assert_close(out.cpu(), torch.bincount(x, minlength=8).to(torch.int32))
 
 
+@pytest.mark.usefixtures("lowered_only")
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8])
+def test_bincount(dtype):
+    x = torch.tensor([1, 3, 3, 0, 7], dtype=dtype)
+    check(torch.bincount, x)
+    check(lambda x: torch.bincount(x, minlength=10), x)
+    # float32 weights keep their dtype, all others count in float64
+    for w in (torch.rand(5), torch.rand(5, dtype=torch.float64), torch.rand(5).half(), torch.arange(5)):
+        check(torch.bincount, x, w)
+    check(lambda x: torch.bincount(x, minlength=3), x[:0])
+
+
+@pytest.mark.usefixtures("lowered_only")
+def test_complex_logsumexp_logcumsumexp_branch_like_cpu():
+    # CPU shifts by the max real part and accumulates in order, which fixes the imaginary part's
+    # branch (a shift by the complex max, or a tree of partial sums, lands 2*pi away)
+    x = torch.randn(3, 40, dtype=torch.complex64, generator=torch.Generator().manual_seed(0)) * 3
+    for dim in (0, -1):
+        check(lambda x, d=dim: torch.logsumexp(x, d), x, rtol=1e-5, atol=1e-5)
+        check(lambda x, d=dim: torch.logcumsumexp(x, d), x, rtol=1e-4, atol=1e-4)
+    special = torch.tensor([complex(-float("inf"), 2), 1 + 1j, complex(float("nan"), 0), 3j])
+    check(lambda x: torch.logcumsumexp(x, 0), special)
+    check(lambda x: torch.logcumsumexp(x, 0), torch.zeros(0, 3, dtype=torch.complex64))
+
+
 def test_trace_renorm_and_inplace_polygamma():
     m = torch.randn(4, 5)
     check(torch.trace, m, grad=True)

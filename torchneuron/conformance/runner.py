@@ -76,6 +76,24 @@ class _Mover:
         self([sample.input, sample.args, sample.kwargs])
 
 
+class _Float64Sample:
+    """A sample with its half-precision tensors in float64 (aliasing kept), for the reference that
+    judges half-precision mismatches (classify.closer_to_float64)."""
+
+    def __init__(self, sample):
+        self.copies: dict[int, torch.Tensor] = {}
+        self.input, self.args, self.kwargs = tree_map(self._up, [sample.input, sample.args, sample.kwargs])
+        self.output_process_fn_grad = sample.output_process_fn_grad
+
+    def _up(self, v):
+        if not isinstance(v, torch.Tensor) or v.dtype not in classify.LOW_PRECISION:
+            return v
+        if id(v) not in self.copies:
+            copy = v.detach().double()
+            self.copies[id(v)] = copy.requires_grad_() if v.requires_grad else copy
+        return self.copies[id(v)]
+
+
 def _samples(op, dtype, requires_grad, limit):
     name = full_name(op)
     samples = (s for s in op.sample_inputs("cpu", dtype, requires_grad=requires_grad)
@@ -104,13 +122,25 @@ class _Variant:
         self.compared = self.cpu_fails = 0
         self.failure: dict | None = None
 
+        self.float64_judged = 0  # samples passed as closer to float64 than CPU (classify.closer_to_float64)
+
     def result(self) -> dict:
+        judged = {"float64_judged": self.float64_judged} if self.float64_judged else {}
         if self.failure:
-            return {"samples": self.compared, "cpu_fails": self.cpu_fails, **self.failure}
+            return {"samples": self.compared, "cpu_fails": self.cpu_fails, **judged, **self.failure}
         if self.compared == 0:
             reason = "cpu-fails" if self.cpu_fails else "no applicable samples"
             return {"status": "skipped", "reason": reason, "samples": 0, "cpu_fails": self.cpu_fails}
-        return {"status": "pass", "samples": self.compared, "cpu_fails": self.cpu_fails}
+        return {"status": "pass", "samples": self.compared, "cpu_fails": self.cpu_fails, **judged}
+
+    def closer_to_float64(self, actual, expected, tol, reference_fn, *args) -> bool:
+        """Whether a half-precision mismatch is neuron being as close to float64 as CPU, or closer;
+        reference_fn(*args) computes the float64 result."""
+        reference, exc = _attempt(reference_fn, *args)
+        if exc is None and classify.closer_to_float64(actual, expected, reference, *tol):
+            self.float64_judged += 1
+            return True
+        return False
 
     def error(self, index, exc):
         detail = classify.error_detail(exc)
@@ -127,6 +157,7 @@ def _forward(op, dtype, tol, shape_only, limit) -> dict:
     for i, sample in enumerate(_samples(op, dtype, False, limit)):
         mover = _Mover(skips.host_tensors(full_name(op), sample))
         mover.prepare(sample)  # copy before the CPU run, which may mutate its inputs
+        wide = _Float64Sample(sample) if dtype in classify.LOW_PRECISION else None
         expected, exc = _attempt(_call, op, sample)
         if exc:
             v.cpu_fails += 1
@@ -136,6 +167,8 @@ def _forward(op, dtype, tol, shape_only, limit) -> dict:
             v.error(i, exc)
             break
         problem = _compare_processed(sample, actual, expected, tol, shape_only)
+        if problem and wide and not shape_only and v.closer_to_float64(actual, expected, tol, _call, op, wide):
+            problem = None
         if problem:
             v.mismatch(i, problem)
             break
@@ -172,6 +205,7 @@ def _backward(op, dtype, tol, limit) -> dict:
     for i, sample in enumerate(_samples(op, dtype, True, limit)):
         mover = _Mover(skips.host_tensors(full_name(op), sample))
         mover.prepare(sample)
+        wide = _Float64Sample(sample) if dtype in classify.LOW_PRECISION else None
         leaves = list({id(t): t for t in tree_flatten([sample.input, sample.args, sample.kwargs])[0]
                        if isinstance(t, torch.Tensor) and t.requires_grad}.values())
         cpu, exc = _attempt(_cpu_grads, op, sample, leaves, generator)
@@ -186,6 +220,9 @@ def _backward(op, dtype, tol, limit) -> dict:
             v.error(i, exc)
             break
         problem = classify.compare(list(actual), list(expected), *tol)
+        if problem and wide and v.closer_to_float64(list(actual), list(expected), tol,
+                                                    _reference_grads, op, wide, picked, leaves, seeds):
+            problem = None
         if problem:
             v.mismatch(i, problem)
             break
@@ -197,6 +234,12 @@ def _neuron_grads(op, sample, mover, picked, leaves, seeds):
     out = tree_flatten(sample.output_process_fn_grad(_call(op, sample, mover)))[0]
     return torch.autograd.grad([out[j] for j in picked], [mover.copies[id(t)] for t in leaves],
                                [s.to("neuron") for s in seeds], allow_unused=True)
+
+
+def _reference_grads(op, wide, picked, leaves, seeds):
+    out = tree_flatten(wide.output_process_fn_grad(_call(op, wide)))[0]
+    return list(torch.autograd.grad([out[j] for j in picked], [wide.copies.get(id(t), t) for t in leaves],
+                                    [s.double() for s in seeds], allow_unused=True))
 
 
 def _call_out(op, sample, out, mover=None):

@@ -45,6 +45,20 @@ def _batch_norm_no_update(input, weight, bias, running_mean, running_var, moment
     return (out[0], out[1].new_empty((0,)), out[2].new_empty((0,)), out[3])
 
 
+def _cpu_statistics(meta):
+    """Normalisations of a float16/bfloat16 input: CPU saves the mean and inverse std in the input's
+    dtype unless a parameter (weight, running stats) is float32 ("mixed type"), then in float32.
+    PyTorch's meta kernels follow CUDA instead (always float32; group norm: always the input's)."""
+    def override(input, *args, **kwargs):
+        out = meta(input, *args, **kwargs)
+        if input.dtype not in (torch.float16, torch.bfloat16):
+            return out
+        mixed = any(isinstance(a, torch.Tensor) and a.dtype == torch.float32 for a in (*args, *kwargs.values()))
+        dtype = torch.float32 if mixed else input.dtype
+        return (out[0], out[1].to(dtype), out[2].to(dtype), *out[3:])
+    return override
+
+
 def _histogram(self, bins=100, *, range=None, weight=None, density=False):
     # PyTorch has no meta kernel for histogram: bins counts and bins + 1 edges in self's dtype
     n = bins if isinstance(bins, int) else bins.shape[0] - 1
@@ -94,12 +108,19 @@ META_OVERRIDES = {
     aten._histogramdd_bin_edges.default: _histogramdd_bin_edges,
     aten._histogramdd_from_bin_cts.default: _histogramdd_from_bin_cts,
     aten._histogramdd_from_bin_tensors.default: _histogramdd_from_bin_tensors,
-    aten._batch_norm_no_update.default: _batch_norm_no_update,
-    aten._native_batch_norm_legit_no_training.default: _eval_batch_norm(
-        aten._native_batch_norm_legit_no_training.default, None),
-    aten._native_batch_norm_legit_functional.default: _eval_batch_norm(
-        aten._native_batch_norm_legit_functional.default, 5),
-    aten._native_batch_norm_legit.default: _eval_batch_norm(aten._native_batch_norm_legit.default, 5),
+    aten._batch_norm_no_update.default: _cpu_statistics(_batch_norm_no_update),
+    aten._native_batch_norm_legit_no_training.default: _cpu_statistics(_eval_batch_norm(
+        aten._native_batch_norm_legit_no_training.default, None)),
+    aten._native_batch_norm_legit_functional.default: _cpu_statistics(_eval_batch_norm(
+        aten._native_batch_norm_legit_functional.default, 5)),
+    aten._native_batch_norm_legit.default: _cpu_statistics(_eval_batch_norm(
+        aten._native_batch_norm_legit.default, 5)),
+    aten._native_batch_norm_legit.no_stats: _cpu_statistics(aten._native_batch_norm_legit.no_stats),
+    aten._batch_norm_with_update.default: _cpu_statistics(aten._batch_norm_with_update.default),
+    aten._batch_norm_with_update_functional.default: _cpu_statistics(
+        aten._batch_norm_with_update_functional.default),
+    aten.native_layer_norm.default: _cpu_statistics(aten.native_layer_norm.default),
+    aten.native_group_norm.default: _cpu_statistics(aten.native_group_norm.default),
     aten._grouped_mm.default: _grouped_mm,
     aten.geqrf.default: _geqrf,
 }

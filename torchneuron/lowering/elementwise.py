@@ -295,7 +295,10 @@ def polygamma(n, self):
         return digamma(self)
     if n == 1:
         return _trigamma(self)
-    return _polygamma_positive(n, self)
+    value = _polygamma_positive(n, self)
+    # poles at 0, -1, -2...: (-1)^(n+1) n! zeta(n+1, x) with zeta infinite there, as on CPU
+    pole = (self <= 0) & (self == jnp.floor(self))
+    return jnp.where(pole, _const(jnp.inf if n % 2 else -jnp.inf, value), value)
 
 
 _SHIFT_LIMIT = 64

@@ -71,6 +71,17 @@ def histc(self, bins=100, min=0, max=0):  # the schema's names shadow builtins
     return counts.astype(self.dtype)
 
 
+@lowers(aten.bincount.default, data_dependent=True)
+def bincount(self, weights=None, minlength=0):
+    """Counts (or summed weights) of each value in 0..max; the length depends on the data. Weights
+    keep float32 and become float64 otherwise, as on CPU."""
+    length = max(int(jnp.max(self)) + 1 if self.size else 0, minlength)
+    if weights is None:
+        return jnp.zeros(length, jnp.int64).at[self].add(1)
+    dtype = jnp.float32 if weights.dtype == jnp.float32 else jnp.float64
+    return jnp.zeros(length, dtype).at[self].add(weights.astype(dtype))
+
+
 @lowers(aten._grouped_mm.default)
 def grouped_mm(self, mat2, offs=None, bias=None, out_dtype=None):
     """Matrix products over groups: `offs` (int32 cumulative ends) splits the 2-D operand's rows

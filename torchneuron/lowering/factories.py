@@ -91,6 +91,16 @@ def eye(n, m=None, *, dtype=None, layout=None, device=None, pin_memory=None):
     return jnp.eye(n, n if m is None else m, dtype=jnp.bool_)
 
 
+@lowers(aten.triu_indices.default)
+def triu_indices(row, col, offset=0, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return jnp.stack(jnp.triu_indices(row, offset, col)).astype(jnp.int64)
+
+
+@lowers(aten.tril_indices.default)
+def tril_indices(row, col, offset=0, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return jnp.stack(jnp.tril_indices(row, offset, col)).astype(jnp.int64)
+
+
 @lowers(aten._efficientzerotensor.default)
 def efficient_zero_tensor(size, *, dtype=None, layout=None, device=None, pin_memory=None):
     # PyTorch's ZeroTensor is a storage-free zero; here it is an ordinary zero tensor.

@@ -70,11 +70,21 @@ def _put_key(self, indices, values) -> tuple:
     return tuple(key)
 
 
+# XLA scatters have no add or multiply for bool; PyTorch's bool sum and product are or and and.
+_BOOL_SCATTER = {"add": "max", "multiply": "min"}
+
+
+def _scatter_into(at, method: str, values, dtype):
+    """`x.at[key].<method>(values)`, out-of-range indices dropped, with bool's add and multiply."""
+    if dtype == jnp.bool_:
+        method = _BOOL_SCATTER.get(method, method)
+    return getattr(at, method)(values, mode="drop")
+
+
 @lowers(aten.index_put.default, aten._index_put_impl.default, aten._unsafe_index_put.default)
 def index_put(self, indices, values, accumulate=False, unsafe=False):
     at = self.at[_put_key(self, indices, values)]
-    values = values.astype(self.dtype)
-    return at.add(values, mode="drop") if accumulate else at.set(values, mode="drop")
+    return _scatter_into(at, "add" if accumulate else "set", values.astype(self.dtype), self.dtype)
 
 
 def _dim_key(ndim: int, dim: int, index) -> tuple:
@@ -96,7 +106,7 @@ def index_select(self, dim, index):
 def index_add(self, dim, index, source, *, alpha=1):
     x = _as_1d(self)
     source = _as_1d(source).astype(self.dtype) * jnp.asarray(alpha).astype(self.dtype)
-    return x.at[_dim_key(x.ndim, dim, _as_1d(index))].add(source, mode="drop").reshape(self.shape)
+    return _scatter_into(x.at[_dim_key(x.ndim, dim, _as_1d(index))], "add", source, x.dtype).reshape(self.shape)
 
 
 @lowers(aten.index_copy.default)
@@ -144,7 +154,7 @@ def _scatter(self, dim, index, src, reduce):
     if self.ndim == 0:  # a 0-d tensor scatters as a 1-element vector
         return _scatter(self.reshape(1), 0, index.reshape(-1), jnp.reshape(src, -1), reduce).reshape(())
     src = _shaped_like(jnp.asarray(src).astype(self.dtype), index)
-    return getattr(self.at[_coords(index, dim)], _SCATTER[reduce])(src, mode="drop")
+    return _scatter_into(self.at[_coords(index, dim)], _SCATTER[reduce], src, self.dtype)
 
 
 @lowers(aten.scatter.src, aten.scatter.value)
@@ -167,6 +177,8 @@ def _identity(reduce: str, dtype):
         return jnp.zeros((), dtype)
     if reduce == "prod":
         return jnp.ones((), dtype)
+    if dtype == jnp.bool_:
+        return jnp.asarray(reduce == "amin")
     info = jnp.finfo(dtype) if jnp.issubdtype(dtype, jnp.floating) else jnp.iinfo(dtype)
     low, high = (-jnp.inf, jnp.inf) if jnp.issubdtype(dtype, jnp.floating) else (info.min, info.max)
     return jnp.asarray(low if reduce == "amax" else high, dtype)
@@ -205,7 +217,7 @@ def take(self, index):
 def put(self, index, source, accumulate=False):
     at = self.reshape(-1).at[index.reshape(-1)]
     source = source.reshape(-1).astype(self.dtype)
-    return (at.add(source, mode="drop") if accumulate else at.set(source, mode="drop")).reshape(self.shape)
+    return _scatter_into(at, "add" if accumulate else "set", source, self.dtype).reshape(self.shape)
 
 
 @lowers(aten.nonzero.default, data_dependent=True)
@@ -229,7 +241,7 @@ def index_reduce(self, dim, index, source, reduce, *, include_self=True):
     source = _as_1d(source).astype(self.dtype)
     base = x if include_self else x.at[key].set(_identity(reduce, x.dtype), mode="drop")
     op = {"prod": "multiply", "mean": "add", "amax": "max", "amin": "min"}[reduce]
-    out = getattr(base.at[key], op)(source, mode="drop")
+    out = _scatter_into(base.at[key], op, source, x.dtype)
     if reduce == "mean":
         count = jnp.full(x.shape, 1 if include_self else 0, x.dtype).at[key].add(
             jnp.ones(source.shape, x.dtype), mode="drop")

@@ -681,6 +681,9 @@ def _expm_scale_square(a, norm, theta, real):
 
 @lowers(aten.linalg_matrix_exp.default)
 def linalg_matrix_exp(self):
+    acc = _acc_dtype(self.dtype)
+    if acc is not None:  # half types: CPU's scheme in float32, rounded once
+        return linalg_matrix_exp(self.astype(acc)).astype(self.dtype)
     n = self.shape[-1]
     if n == 0 or self.size == 0:
         return self
@@ -742,7 +745,7 @@ def linalg_lstsq(self, b, rcond=None, *, driver=None):
     if m > n and driver != "gelsy" and full_rank:
         residuals = jnp.sum(jnp.abs(self @ solution - rhs) ** 2, axis=-2)
     else:
-        residuals = jnp.zeros((0,), self.dtype)
+        residuals = jnp.zeros((0,), s.dtype)  # real, as for complex inputs the residuals are
     return (solution[..., 0] if vector else solution, residuals,
             rank if driver != "gels" else jnp.zeros((0,), jnp.int64),
             s if driver in ("gelsd", "gelss") else jnp.zeros((0,), s.dtype))

@@ -130,8 +130,10 @@ def logsumexp(self, dim, keepdim=False):
     x = _as_float(self)
     axes = _axes(x, dim)
     # Shift by the max, except where it is infinite (all -inf stays -inf, any +inf gives +inf).
-    m = jnp.max(x, axes, keepdims=True, initial=-jnp.inf)
-    m = jnp.where(jnp.isinf(m), jnp.zeros((), x.dtype), m)
+    # Complex inputs shift by the max real part, as CPU does: the result's imaginary part is then
+    # the principal argument of the shifted sum, not offset by the max's.
+    m = jnp.max(jnp.real(x), axes, keepdims=True, initial=-jnp.inf)
+    m = jnp.where(jnp.isinf(m), jnp.zeros((), m.dtype), m).astype(x.dtype)
     out = jnp.log(jnp.sum(jnp.exp(x - m), axes, keepdims=True)) + m
     return out if keepdim else jnp.squeeze(out, axes)
 
@@ -338,8 +340,31 @@ def logcumsumexp(self, dim):
     x = _as_float(self)
     if x.ndim == 0:
         return x
-    acc = x.astype(_CPU_SCAN_ACC.get(x.dtype, x.dtype))
-    return lax.cumlogsumexp(acc, _axis(x, dim)).astype(x.dtype)
+    axis = _axis(x, dim)
+    acc = x.astype(_CPU_SCAN_ACC.get(x.dtype, x.dtype))  # CPU scans in its accumulation type
+    if not jnp.iscomplexobj(x):
+        return lax.cumlogsumexp(acc, axis).astype(x.dtype)
+    # CPU accumulates in order; a tree of partial sums would land on other branches of the log
+    rows = jnp.moveaxis(acc, axis, 0)
+
+    def step(total, row):
+        total = _complex_log_add_exp(total, row)
+        return total, total
+
+    _, out = lax.scan(step, jnp.full(rows.shape[1:], -jnp.inf, acc.dtype), rows)  # -inf + 0j, as CPU starts
+    return jnp.moveaxis(out, 0, axis).astype(x.dtype)
+
+
+def _complex_log_add_exp(a, b):
+    """log(exp(a) + exp(b)) as CPU's logcumsumexp computes it for complex numbers: the larger real
+    part plus log1p(exp(smaller - larger)), so the imaginary part never wraps."""
+    a_larger = jnp.real(a) >= jnp.real(b)
+    hi, lo = jnp.where(a_larger, a, b), jnp.where(a_larger, b, a)
+    nan = jnp.isnan(hi) | jnp.isnan(lo)
+    # both real parts infinite and equal: -inf stays, +inf is +inf with an undetermined phase
+    same_inf = jnp.isinf(jnp.real(lo)) & (jnp.real(lo) == jnp.real(hi))
+    out = jnp.where(same_inf, hi, jnp.log1p(jnp.exp(lo - hi)) + hi)
+    return jnp.where(nan, jnp.asarray(complex(jnp.nan, jnp.nan), out.dtype), out)
 
 
 def _cumulative_extreme(x, dim, later_wins):
