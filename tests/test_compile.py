@@ -93,6 +93,27 @@ def test_inference_input_mutation_lands_in_storage():
     torch.testing.assert_close(out.cpu(), 2 * x.cpu())
 
 
+def test_host_input_mutations_land_in_host_tensors():
+    # CPU inputs a graph mutates (an optimizer's step counts): of several shapes and dtypes, each
+    # dtype crossing as one array and back
+    def fn(x, counts, step, scale):
+        counts.add_(x[:3].cpu())
+        step.add_(1)
+        scale.mul_(2)
+        return x * 2
+
+    x = torch.randn(5).to("neuron")
+    # (a 0-d float64 scale would not do: AOTAutograd itself drops that mutation in torch 2.13, aot_eager too)
+    counts, step, scale = torch.zeros(3), torch.tensor(4), torch.tensor([1.5, 2.0], dtype=torch.float64)
+    compiled = torch.compile(fn, backend="neuron")
+    for i in range(2):
+        out = compiled(x, counts, step, scale)
+    torch.testing.assert_close(out.cpu(), 2 * x.cpu())
+    torch.testing.assert_close(counts, 2 * x[:3].cpu())
+    assert step.item() == 6 and step.dtype == torch.int64
+    torch.testing.assert_close(scale, torch.tensor([6.0, 8.0], dtype=torch.float64))
+
+
 def test_recompiles_are_counted_with_reasons():
     fn = torch.compile(lambda x: (x * 2).sum(), backend="neuron", dynamic=False)
     for n in (4, 4, 6):

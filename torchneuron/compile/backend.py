@@ -328,15 +328,19 @@ class CompiledGraph:
 
     def _write_host_inputs(self, inputs, entries, host_new):
         """Mutated host inputs (the optimizer's step counts): one device-to-host transfer and one
-        copy per dtype."""
+        foreach copy per dtype."""
         targets: dict = {}
         for i in self.mutated_inputs:
             if entries[i][0] == _HOST:
                 targets.setdefault(str(inputs[i].dtype), []).append(inputs[i])
-        for name, values in jax.device_get(host_new).items():
+        for name, array in host_new.items():
             same = targets[name]
-            flat = transfer.host_tensor(values, same[0].dtype)
-            torch._foreach_copy_(same, [v.view(t.shape) for v, t in zip(flat.split([t.numel() for t in same]), same)])
+            values = transfer.host_tensor(np.array(array), same[0].dtype)  # one transfer, writable
+            if all(t.dim() == 0 for t in same):  # step counts: one unbind, not a view per target
+                sources = values.unbind()
+            else:
+                sources = [v.view(t.shape) for v, t in zip(values.split([t.numel() for t in same]), same)]
+            torch._foreach_copy_(same, sources)
 
     def _bind_outputs(self, spec, flat, input_buffers, device):
         results, flat = [], iter(flat)
