@@ -33,6 +33,18 @@ def test_copies_between_two_cores():
     torch.testing.assert_close(c.cpu(), x.t())
 
 
+def test_the_same_op_on_each_core_stays_on_that_core():
+    # one op, the same shapes, on neuron:0 then neuron:1: each result lives on its inputs' core
+    x = torch.randn(6)
+    for index in (0, 1, 0):
+        a = x.to(f"neuron:{index}")
+        before = torch.neuron.memory_allocated(index)
+        y = a * 2 + a
+        assert y.device == torch.device("neuron", index)
+        assert torch.neuron.memory_allocated(index) > before
+        torch.testing.assert_close(y.cpu(), 3 * x)
+
+
 def test_device_context_and_current_device():
     assert torch.neuron.current_device() == 0
     with torch.neuron.device(1):

@@ -159,9 +159,9 @@ profiling = None
 
 
 def plan_key(schema: OpSchema, desc: CallDescription) -> tuple:
-    """Layouts, dtypes, storage sharing and static arguments. Buffer dtypes and sizes are left
-    out: they change no plan decision, and the plan's jit retraces for new buffer types itself."""
-    key = tuple(desc.key)
+    """The device, layouts, dtypes, storage sharing and static arguments. Buffer dtypes and sizes
+    are left out: they change no plan decision, and the plan's jit retraces for new buffer types itself."""
+    key = (*desc.key, desc.index)  # a plan allocates its results on one device
     if desc.scalars:
         lowering = LOWERINGS.get(schema.functional)
         if lowering is not None and lowering.static_scalars:
