@@ -231,9 +231,7 @@ class CompiledGraph:
             key = jax.random.fold_in(jax.random.fold_in(base_key, rng[1]), random_index[node])
         if "device" in kwargs:
             kwargs = {**kwargs, "device": None}
-        flags = calling.contiguity(target, lowering, meta_args, meta_kwargs) if lowering.contiguity else None
-        if lowering.result_shapes:
-            flags = {**(flags or {}), **calling.result_shapes(node.meta.get("val"))}
+        flags = calling.static_flags(target, lowering, meta_args, meta_kwargs, node.meta.get("val"))
         results = calling.invoke(target, lowering, list(args), dict(kwargs), compute, key, flags)
         return _match_meta(results, node.meta.get("val"), len(target._schema.returns) > 1)
 

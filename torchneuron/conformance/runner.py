@@ -121,7 +121,6 @@ class _Variant:
     def __init__(self):
         self.compared = self.cpu_fails = 0
         self.failure: dict | None = None
-
         self.float64_judged = 0  # samples passed as closer to float64 than CPU (classify.closer_to_float64)
 
     def result(self) -> dict:

@@ -173,18 +173,12 @@ def run(schema: OpSchema, plans: dict, args, kwargs):
     if profiling is not None and profiling():
         from ..profiler import profiled_run
         return profiled_run(schema, plans, args, kwargs)
-    # run_plain, inlined: this is every eager op's path
-    if urgent.value:
-        storages.drain()
-    desc = describe(schema, args, kwargs)
-    plan = plans.get(plan_key(schema, desc))
-    if plan is None:
-        return run_plain(schema, plans, args, kwargs)
-    return plan.execute(args, kwargs, desc)
+    return run_plain(schema, plans, args, kwargs)
 
 
 def run_plain(schema: OpSchema, plans: dict, args, kwargs):
-    storages.maybe_drain()
+    if urgent.value:  # storages.maybe_drain, without the call: this is every eager op's path
+        storages.drain()
     desc = describe(schema, args, kwargs)
     key = plan_key(schema, desc)
     plan = plans.get(key)
@@ -199,7 +193,7 @@ def run_plain(schema: OpSchema, plans: dict, args, kwargs):
             plan.apply_resizes(args, kwargs)
             return run_plain(schema, plans, args, kwargs)
         plans[key] = plan
-    return plan(args, kwargs, desc)
+    return plan.execute(args, kwargs, desc)
 
 
 def _buffers(desc: CallDescription) -> list:
@@ -291,9 +285,7 @@ class Plan:
         self.fresh = self._fresh()  # [(functional return path, Layout, dtype)]
         self.compute_dtype = self._compute_dtype(meta_args, meta_kwargs)
         # Layouts are part of the plan key, so flags derived from them are fixed per plan.
-        self.layout_flags = calling.contiguity(functional, lowering, meta_args, meta_kwargs)
-        if lowering.result_shapes:
-            self.layout_flags.update(calling.result_shapes(self.meta_out))
+        self.layout_flags = calling.static_flags(functional, lowering, meta_args, meta_kwargs, self.meta_out)
         self.written_groups = sorted({self.groups[ti] for ti, _ in self.writes})
         self.read_groups = [g for g in range(len(buffers)) if g not in set(self.written_groups)]
         # For each written group, the position of one of its tensors (to find its handle per call).
@@ -305,7 +297,8 @@ class Plan:
         # The common call returns one fresh tensor: hand it back without assembling returns.
         single = (len(schema.return_aliases) == 1 and schema.return_aliases[0] is None
                   and [path for path, _, _ in self.fresh] == [(0,)])
-        self.single_fresh = (self.fresh[0][1].shape, self.fresh[0][1].stride, self.fresh[0][2]) if single else None
+        _, lay, dt = self.fresh[0] if single else (None, None, None)
+        self.single_fresh = (lay.shape, lay.stride, dt, lay.numel > 0) if single else None
         self.in_order = self.arg_groups == list(range(len(buffers)))
         self.random = lowering.random
         self.jitted = None if self.data_dependent else jax.jit(
@@ -315,9 +308,6 @@ class Plan:
         simple = (self.single_fresh is not None and not n_written and not self.random
                   and self.in_order and self.jitted is not None)
         self.execute = self._execute_simple if simple else self.__call__
-        if simple:
-            shape, stride, dtype = self.single_fresh
-            self._simple_result = (shape, stride, dtype, self.device, Layout(shape, stride, 0).numel > 0)
 
     # ------------------------------------------------------------ building
     def _meta_call(self, args, kwargs, buffers):
@@ -526,11 +516,7 @@ class Plan:
                 if handles[ti]:
                     table[handles[ti]] = buf
         if self.single_fresh:
-            shape, stride, dtype = self.single_fresh
-            t = torch.empty_strided(shape, stride, dtype=dtype, device=self.device)
-            if t.numel():
-                storages.buffers[t.data_ptr()] = outputs[n_written]
-            return t
+            return self._single_result(outputs[n_written])
         return self._results(args, kwargs, outputs[n_written:])
 
     def _execute_simple(self, args, kwargs, desc: CallDescription):
@@ -539,11 +525,13 @@ class Plan:
             flat = [*flat, *[_SCALAR_TYPES.get(type(v), np.asarray)(v) for v in desc.scalars]]
         outputs = self.jitted(*flat)
         storages.recent.append(outputs)
-        out = outputs[0]
-        shape, stride, dtype, device, nonempty = self._simple_result
-        t = torch.empty_strided(shape, stride, dtype=dtype, device=device)
+        return self._single_result(outputs[0])
+
+    def _single_result(self, buf):
+        shape, stride, dtype, nonempty = self.single_fresh
+        t = torch.empty_strided(shape, stride, dtype=dtype, device=self.device)
         if nonempty:
-            storages.buffers[t.untyped_storage().data_ptr()] = out
+            storages.buffers[t.untyped_storage().data_ptr()] = buf
         return t
 
     def _results(self, args, kwargs, fresh_buffers):

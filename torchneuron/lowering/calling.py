@@ -65,22 +65,20 @@ def _is_fake(t) -> bool:
     return type(t).__name__ == "FakeTensor"
 
 
-def contiguity(op, lowering: Lowering, args, kwargs) -> dict:
-    """`<name>_contiguous` flags for the lowering's `contiguity` arguments, from the tensors (or
-    meta values) a driver holds."""
+def static_flags(op, lowering: Lowering, args, kwargs, meta_result) -> dict:
+    """The keyword arguments a lowering asks its driver for, from the tensors (or meta values) the
+    driver holds: `<name>_contiguous` for its `contiguity` arguments, and `result_shapes=` (the
+    shape of each result, or None) when it declares `result_shapes`."""
     names = [a.name for a in op._schema.arguments]
     flags = {}
     for name in lowering.contiguity:
         i = names.index(name)
         value = args[i] if i < len(args) else kwargs[name]
         flags[f"{name}_contiguous"] = bool(value.is_contiguous())
+    if lowering.result_shapes:
+        results = meta_result if isinstance(meta_result, (tuple, list)) else (meta_result,)
+        flags["result_shapes"] = tuple(tuple(r.shape) if isinstance(r, torch.Tensor) else None for r in results)
     return flags
-
-
-def result_shapes(meta_result) -> dict:
-    """`result_shapes=` for a lowering that declares it: the shape of each result (or None)."""
-    results = meta_result if isinstance(meta_result, (tuple, list)) else (meta_result,)
-    return {"result_shapes": tuple(tuple(r.shape) if isinstance(r, torch.Tensor) else None for r in results)}
 
 
 def invoke(op, lowering: Lowering, args, kwargs, compute=None, key=None, layout_flags=None) -> tuple:
