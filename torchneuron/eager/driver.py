@@ -108,6 +108,48 @@ def _add_tensor(desc: CallDescription, t: torch.Tensor, op) -> None:
         desc.key.append((t.shape, t.stride(), offset, t.dtype, first, False, False))
 
 
+def _run_tensors(schema: OpSchema, plans: dict, args):
+    """The common call in one pass: positional tensors only, on one neuron device, every storage
+    already written. Returns None, having run nothing, for any other call or a call without a
+    plan yet: `describe` handles those (and raises their errors). The key is the one `describe`
+    and `plan_key` build, so both paths share plans."""
+    key, handles, found, sharing = [], [], [], {}
+    table = storages.buffers
+    index = _NO_DEVICE
+    bits = schema.math_bits
+    for t in args:
+        if not isinstance(t, torch.Tensor):  # (parameters included)
+            return None
+        i = t.get_device()
+        if i != index:
+            if index != _NO_DEVICE or i < 0:
+                return None
+            index = i
+        handle = t.untyped_storage().data_ptr()
+        n = len(handles)
+        handles.append(handle)
+        first = sharing.setdefault(handle, n) if handle else n
+        if first == n:
+            buf = table.get(handle)
+            if buf is None:
+                return None
+            found.append(buf)
+        if bits:
+            key.append((t.shape, t.stride(), t.storage_offset(), t.dtype, first, t.is_conj(), t.is_neg()))
+        else:
+            key.append((t.shape, t.stride(), t.storage_offset(), t.dtype, first, False, False))
+    key.append(index)
+    plan = plans.get(tuple(key))
+    if plan is None:
+        return None
+    if plan.simple:
+        return plan.run_buffers(found)
+    desc = CallDescription(bits)
+    desc.key, desc.handles, desc.buffers, desc.sharing = key, handles, found, sharing
+    desc.tensors, desc.index = args, index
+    return plan.execute(args, {}, desc)
+
+
 def describe(schema: OpSchema, args, kwargs) -> CallDescription:
     desc = CallDescription(schema.math_bits)
     op = schema.op
@@ -170,15 +212,27 @@ def plan_key(schema: OpSchema, desc: CallDescription) -> tuple:
 
 
 def run(schema: OpSchema, plans: dict, args, kwargs):
+    """Every eager op's entry: the common call takes the one-pass path, the rest are described."""
     if profiling is not None and profiling():
         from ..profiler import profiled_run
         return profiled_run(schema, plans, args, kwargs)
-    return run_plain(schema, plans, args, kwargs)
+    if urgent.value:  # storages.maybe_drain, without the call
+        storages.drain()
+    if not kwargs and len(args) <= schema.leading_tensors:
+        result = _run_tensors(schema, plans, args)
+        if result is not None:
+            return result
+    return _run_described(schema, plans, args, kwargs)
 
 
 def run_plain(schema: OpSchema, plans: dict, args, kwargs):
-    if urgent.value:  # storages.maybe_drain, without the call: this is every eager op's path
+    """`run` without the profiling check (the profiler's own call)."""
+    if urgent.value:
         storages.drain()
+    return _run_described(schema, plans, args, kwargs)
+
+
+def _run_described(schema: OpSchema, plans: dict, args, kwargs):
     desc = describe(schema, args, kwargs)
     key = plan_key(schema, desc)
     plan = plans.get(key)
@@ -191,7 +245,7 @@ def run_plain(schema: OpSchema, plans: dict, args, kwargs):
         if plan.resize:
             # out= arguments of the wrong size: resize them as PyTorch does, then run again.
             plan.apply_resizes(args, kwargs)
-            return run_plain(schema, plans, args, kwargs)
+            return run_plain(schema, plans, args, kwargs)  # (the resizes' growths drained first)
         plans[key] = plan
     return plan.execute(args, kwargs, desc)
 
@@ -298,7 +352,8 @@ class Plan:
         single = (len(schema.return_aliases) == 1 and schema.return_aliases[0] is None
                   and [path for path, _, _ in self.fresh] == [(0,)])
         _, lay, dt = self.fresh[0] if single else (None, None, None)
-        self.single_fresh = (lay.shape, lay.stride, dt, lay.numel > 0) if single else None
+        self.single_fresh = (lay.shape, lay.stride, torch.empty(0, dtype=dt, device=self.device),
+                             lay.numel > 0) if single else None
         self.in_order = self.arg_groups == list(range(len(buffers)))
         self.random = lowering.random
         self.jitted = None if self.data_dependent else jax.jit(
@@ -307,6 +362,7 @@ class Plan:
         # shorter path: eager speed is decided by these few microseconds.
         simple = (self.single_fresh is not None and not n_written and not self.random
                   and self.in_order and self.jitted is not None)
+        self.simple = simple
         self.execute = self._execute_simple if simple else self.__call__
 
     # ------------------------------------------------------------ building
@@ -523,15 +579,19 @@ class Plan:
         flat = _buffers(desc) if desc.missing else desc.buffers
         if desc.scalars:
             flat = [*flat, *[_SCALAR_TYPES.get(type(v), np.asarray)(v) for v in desc.scalars]]
+        return self.run_buffers(flat)
+
+    def run_buffers(self, flat):
+        """A simple plan's call on its argument buffers: one fresh result."""
         outputs = self.jitted(*flat)
         storages.recent.append(outputs)
         return self._single_result(outputs[0])
 
     def _single_result(self, buf):
-        shape, stride, dtype, nonempty = self.single_fresh
-        t = torch.empty_strided(shape, stride, dtype=dtype, device=self.device)
-        if nonempty:
-            storages.buffers[t.untyped_storage().data_ptr()] = buf
+        shape, stride, prototype, nonempty = self.single_fresh
+        t = prototype.new_empty_strided(shape, stride)  # dtype and device from an empty prototype
+        if nonempty:  # a fresh tensor starts at offset 0: its data pointer is its storage's
+            storages.buffers[t.data_ptr()] = buf
         return t
 
     def _results(self, args, kwargs, fresh_buffers):

@@ -29,6 +29,7 @@ class OpSchema:
     # Whether conj/neg-bit views reach the kernel as they are: only for ops with their own
     # Conjugate or Negative kernel (copy_, clone, mm, ...); PyTorch resolves them for the rest.
     math_bits: bool
+    leading_tensors: int  # how many arguments from the first are tensors (add: 2, sum: 1)
 
     @property
     def mutates(self) -> bool:
@@ -53,7 +54,8 @@ def parse(op: torch._ops.OpOverload) -> OpSchema:
         aliases.append(match[0] if match else None)
         view = view or not r.alias_info.is_write
     return OpSchema(op, names, kinds, dict(zip(names, kinds)), written, out_args, aliases,
-                    functional_variant(op, written, out_args), view, _sees_math_bits(op))
+                    functional_variant(op, written, out_args), view, _sees_math_bits(op),
+                    next((i for i, k in enumerate(kinds) if k is not Kind.TENSOR), len(kinds)))
 
 
 def _sees_math_bits(op: torch._ops.OpOverload) -> bool:

@@ -22,6 +22,8 @@ jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_default_matmul_precision", "highest")
 jax.config.update("jax_platforms", config.PLATFORM)
 jax.config.update("jax_cpu_enable_async_dispatch", config.ASYNC_DISPATCH)
+# Whether a call can return before its work is done: XLA:CPU runs inline unless told otherwise.
+ASYNCHRONOUS = config.PLATFORM != "cpu" or config.ASYNC_DISPATCH
 
 _devices: list | None = None
 

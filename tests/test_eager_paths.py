@@ -1,0 +1,67 @@
+"""The eager driver's one-pass path for the common call (positional tensors on one device) and
+its general path must agree: same values as CPU, same plans, same errors."""
+import pytest
+import torch
+
+from torchneuron.eager import kernels
+
+aten = torch.ops.aten
+
+
+def _plans(op):
+    return kernels._plans.get(op, {})
+
+
+@pytest.mark.parametrize("make", [
+    lambda x: (x, x),                                 # one storage twice
+    lambda x: (x[::2], x[1::2]),                      # two views of one storage
+    lambda x: (x.view(4, 4).t(), x.view(4, 4)),       # transposed view
+    lambda x: (torch.nn.Parameter(x), x * 2),         # a parameter takes the same path
+])
+def test_common_call_matches_cpu(make):
+    base = torch.randn(16)
+    expected = torch.add(*make(base))
+    got = torch.add(*make(base.to("neuron")))
+    assert got.device.type == "neuron"
+    torch.testing.assert_close(got.cpu(), expected)
+
+
+def test_both_paths_find_the_same_plan():
+    from torchneuron.eager import driver
+    a, b = torch.randn(5, 3).to("neuron"), torch.randn(5, 3).t().to("neuron")
+    schema, plans = kernels._schema(aten.mul.Tensor), _plans(aten.mul.Tensor)
+    with torch.profiler.profile():  # the profiler runs every call through the general path
+        c = a * b.t()
+    # the one-pass path finds the plan the general path built: it runs without building another
+    n = len(plans)
+    d = driver._run_tensors(schema, plans, (a, b.t()))
+    assert d is not None and len(plans) == n
+    torch.testing.assert_close(d.cpu(), c.cpu())
+    torch.testing.assert_close(c.cpu(), a.cpu() * b.t().cpu())
+
+
+def test_common_call_on_second_core_and_device_mix():
+    a = torch.randn(4).to("neuron:1")
+    assert (a + a).device == torch.device("neuron:1")
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        a + torch.randn(4).to("neuron:0")
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        a + torch.randn(4)
+    # a 0-dim CPU tensor takes part as a scalar, as on CUDA
+    torch.testing.assert_close((a + torch.tensor(2.0)).cpu(), a.cpu() + 2)
+
+
+def test_common_call_reads_never_written_and_resized_storages():
+    e = torch.empty(6, device="neuron")  # never written: read as zeros by the general path
+    assert torch.equal((e * 0).cpu(), torch.zeros(6))
+    out = torch.zeros(2, device="neuron")
+    out.resize_(8)
+    out[2:] = 1
+    torch.testing.assert_close((out + out).cpu()[2:], torch.full((6,), 2.0))
+
+
+def test_conjugate_views_reach_mm_resolved():
+    a = torch.randn(3, 3, dtype=torch.complex64)
+    b = torch.randn(3, 3, dtype=torch.complex64)
+    got = torch.mm(a.to("neuron").conj(), b.to("neuron"))
+    torch.testing.assert_close(got.cpu(), torch.mm(a.conj(), b))
