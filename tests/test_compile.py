@@ -67,6 +67,57 @@ def test_compiled_training_step_matches_eager():
         torch.testing.assert_close(pb.cpu(), pa.cpu(), rtol=1e-4, atol=1e-5)
 
 
+def test_compiled_adamw_keeps_step_counts_on_neuron_and_matches_cpu():
+    """As Dynamo does for CUDA: a compiled optimizer without state is made capturable, so its
+    step counts live on the device; the updates equal CPU's non-capturable AdamW."""
+    torch.manual_seed(0)
+    cpu_model = MLP()
+    model = MLP().to("neuron")
+    model.load_state_dict(cpu_model.state_dict())
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.1) for m in (cpu_model, model)]
+
+    def step(model, opt, x, y):
+        loss = loss_of("mlp", model, x, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    compiled_step = torch.compile(step, backend="neuron")
+    for x, y in batches("mlp", 4, batch=8):
+        a = step(cpu_model, opts[0], x, y)
+        b = compiled_step(model, opts[1], x.to("neuron"), y.to("neuron"))
+        torch.testing.assert_close(b.cpu(), a, rtol=1e-4, atol=1e-5)
+    assert opts[1].param_groups[0]["capturable"] and not opts[0].param_groups[0]["capturable"]
+    for p_cpu, p in zip(cpu_model.parameters(), model.parameters()):
+        assert opts[1].state[p]["step"].device.type == "neuron"
+        assert opts[1].state[p]["step"].item() == opts[0].state[p_cpu]["step"].item() == 4
+        torch.testing.assert_close(p.cpu(), p_cpu, rtol=1e-4, atol=1e-5)
+
+
+def test_compiled_outputs_stay_on_each_inputs_core():
+    compiled = torch.compile(lambda x: (x * 2, x.sum()), backend="neuron")
+    for device in ("neuron:0", "neuron:1", "neuron:0"):
+        x = torch.arange(6.0).to(device)
+        doubled, total = compiled(x)
+        assert doubled.device == total.device == torch.device(device)
+        torch.testing.assert_close(doubled.cpu(), torch.arange(6.0) * 2)
+        assert total.item() == 15.0
+
+
+def test_output_that_is_an_input_buffer_gets_its_own_storage():
+    # clone's value is its input's: the executable hands the input buffer back, and the output
+    # tensor must not share it (every call, not only the first)
+    compiled = torch.compile(lambda x: (x.clone(), x + 1), backend="neuron")
+    x = torch.arange(4.0).to("neuron")
+    for _ in range(2):
+        y, z = compiled(x)
+        y.mul_(10)
+        torch.testing.assert_close(x.cpu(), torch.arange(4.0))
+        torch.testing.assert_close(y.cpu(), torch.arange(4.0) * 10)
+        torch.testing.assert_close(z.cpu(), torch.arange(4.0) + 1)
+
+
 def test_graph_break_runs_on_neuron(monkeypatch):
     monkeypatch.setattr(torchneuron.config, "FALLBACK", "error")
 

@@ -1,5 +1,8 @@
 """`torch.compile(model, backend="neuron")`: AOTAutograd graphs -> the lowering table -> one XLA
 executable per graph."""
+from . import optimizers
 from .backend import compile_stats, neuron_backend
+
+optimizers.install()
 
 __all__ = ["compile_stats", "neuron_backend"]

@@ -132,7 +132,8 @@ class CompiledGraph:
         # Graphs without bucketing read and write storage buffers directly, as eager plans do:
         # no per-tensor conversion outside the executable, mutated inputs' buffers donated.
         self.direct = jax.jit(self._run_direct, static_argnums=(3,), donate_argnums=(0,))
-        self.direct_outputs: dict = {}  # call spec -> per output: (shape, dtype) or a static value
+        self._spec_ids: dict = {}  # (input entries, device) -> spec id (the executable's static argument)
+        self._specs: list[_CallSpec] = []
         _stats["graphs"] += 1
 
     def _run_graph(self, arrays, statics, rng, true_sizes=None):
@@ -142,16 +143,18 @@ class CompiledGraph:
             inputs.append(arrays.pop(0) if is_array else statics.pop(0))
         return self._evaluate(inputs, rng, true_sizes)
 
-    def _run_direct(self, donated, kept, host, spec, rng):
-        """The graph over storage buffers: `spec` says, per input, which buffer and layout it reads
-        (or which host array, or its static value); returns the outputs flat, the new buffers of
-        the donated (mutated) storages, and the new values of mutated host inputs."""
+    def _run_direct(self, donated, kept, host, spec_id, rng):
+        """The graph over storage buffers: the call spec says, per input, which buffer and layout
+        it reads (or which host array, or its static value); returns the outputs flat, the new
+        buffers of the donated (mutated) storages, and the new values of mutated host inputs."""
         _stats["compiles"] += 1
-        entries, donated_groups, kept_groups = spec
+        spec = self._specs[spec_id]
+        entries, donated_groups, kept_groups = spec.entries, spec.donated_groups, spec.kept_groups
         buffers = dict(zip(donated_groups, donated)) | dict(zip(kept_groups, kept))
         inputs = []
         for kind, where, layout, dtype in entries:
             if kind == _BUFFER:
+                layout = Layout(tuple(layout[0]), tuple(layout[1]), layout[2])
                 inputs.append(read(storages.bitcast(buffers[where], to_jax(dtype)), layout))
             elif kind == _HOST:
                 start, shape = where
@@ -167,7 +170,7 @@ class CompiledGraph:
                 host_new.setdefault(str(dtype), []).append(value.reshape(-1))
                 continue
             buf = storages.bitcast(new.get(group, buffers[group]), to_jax(dtype))
-            new[group] = write(buf, layout, value)
+            new[group] = write(buf, Layout(tuple(layout[0]), tuple(layout[1]), layout[2]), value)
         host_new = {dt: jax.numpy.concatenate(values) for dt, values in host_new.items()}
         described, flat = [], []
         for o in outputs:
@@ -176,7 +179,7 @@ class CompiledGraph:
                 flat.append(o.reshape(-1))
             else:
                 described.append(_Static(o))
-        self.direct_outputs[spec] = described
+        spec.outputs = described
         return flat, [new.get(g, buffers[g]) for g in donated_groups], host_new
 
     def _evaluate(self, inputs, rng, true_sizes):
@@ -272,36 +275,48 @@ class CompiledGraph:
         return [_from_array(o, device, i in self.host_outputs) for i, o in enumerate(outputs)]
 
     def _call_direct(self, inputs):
+        """One call: every input described by (storage group, layout, dtype), in one pass. What
+        follows from that description (groups donated, outputs' tensors) is worked out once per
+        description and kept in its spec: a training step calls the same specs every time."""
         storages.maybe_drain()
-        device = self._device(inputs)
         entries, buffers, handles = [], [], []
         host: dict = {}  # dtype name -> host input tensors: one transfer per dtype, not per input
         host_sizes: dict = {}  # dtype name -> elements so far
         group_of: dict[int, int] = {}
+        table = storages.buffers
+        index = -1
         for x in inputs:
             if not isinstance(x, torch.Tensor):
                 entries.append((_STATIC, x, None, None))
-            elif x.device.type != "neuron":
+                continue
+            at = x.get_device()
+            if at < 0:
                 name = str(x.dtype)
                 start = host_sizes.get(name, 0)
                 host_sizes[name] = start + x.numel()
                 entries.append((_HOST, (start, tuple(x.shape)), None, x.dtype))
                 host.setdefault(name, []).append(x)
-            else:
-                handle = x.untyped_storage().data_ptr()
-                group = group_of.get(handle) if handle else None
-                if group is None:
-                    group = len(buffers)
-                    buf = storages.buffers.get(handle) if handle else _empty_buffer(x)
-                    buffers.append(buf if buf is not None else transfer.buffer_of(x))
-                    handles.append(handle)
-                    if handle:
-                        group_of[handle] = group
-                entries.append((_BUFFER, group, Layout(tuple(x.shape), tuple(x.stride()), x.storage_offset()),
-                                x.dtype))
-        mutated_groups = sorted({entries[i][1] for i in self.mutated_placeholders if entries[i][0] == _BUFFER})
-        kept_groups = [g for g in range(len(buffers)) if g not in mutated_groups]
-        spec = (tuple(entries), tuple(mutated_groups), tuple(kept_groups))
+                continue
+            index = at
+            handle = x.untyped_storage().data_ptr()
+            group = group_of.get(handle) if handle else None
+            if group is None:
+                group = len(buffers)
+                buf = table.get(handle) if handle else _empty_buffer(x)
+                buffers.append(buf if buf is not None else transfer.buffer_of(x))
+                handles.append(handle)
+                if handle:
+                    group_of[handle] = group
+            # the layout as (sizes, strides, offset): Layouts are made once, while tracing
+            entries.append((_BUFFER, group, (x.shape, x.stride(), x.storage_offset()), x.dtype))
+        entries = tuple(entries)
+        key = (entries, index)  # outputs are made on the inputs' device
+        spec_id = self._spec_ids.get(key)
+        if spec_id is None:
+            spec_id = self._spec_ids[key] = len(self._specs)
+            self._specs.append(_CallSpec(entries, self.mutated_placeholders, len(buffers)))
+        spec = self._specs[spec_id]
+        device = torch.device("neuron", index if index >= 0 else torch.neuron.current_device())
         rng = None
         if self.random_nodes:
             seed, offset = neuron_random.next_seed_and_offset(device, None)
@@ -310,19 +325,19 @@ class CompiledGraph:
         host_arrays = {name: transfer.cpu_numpy(torch.cat([t.detach().reshape(-1) for t in same]))
                        for name, same in host.items()}  # numpy: jit moves it with the call
         flat, new_buffers, host_new = self.direct(
-            [buffers[g] for g in mutated_groups], [buffers[g] for g in kept_groups], host_arrays, spec, rng)
+            [buffers[g] for g in spec.donated_groups], [buffers[g] for g in spec.kept_groups], host_arrays,
+            spec_id, rng)
         if _stats["compiles"] != compiles:
             self._note_compile([(e[2], e[3]) if e[0] == _BUFFER else e[1] for e in entries])
         else:
             _stats["cache_hits"] += 1
         storages.recent.append(flat)
-        table = storages.buffers
-        for group, buf in zip(mutated_groups, new_buffers):
+        for group, buf in zip(spec.donated_groups, new_buffers):
             if handles[group]:
                 table[handles[group]] = buf
         if host_new:
             self._write_host_inputs(inputs, entries, host_new)
-        return self._bind_outputs(spec, flat, {id(b) for b in buffers}, device)
+        return self._bind_outputs(spec, flat, buffers, device)
 
     def _write_host_inputs(self, inputs, entries, host_new):
         """Mutated host inputs (the optimizer's step counts): one device-to-host transfer and one
@@ -341,16 +356,24 @@ class CompiledGraph:
             torch._foreach_copy_(same, sources)
 
     def _bind_outputs(self, spec, flat, input_buffers, device):
-        results, flat = [], iter(flat)
-        for i, described in enumerate(self.direct_outputs[spec]):
-            if isinstance(described, _Static):
-                results.append(described.value)
+        if spec.binds is None:
+            spec.prepare_binds(self.host_outputs, device, flat, input_buffers)
+        results, flat, table = [], iter(flat), storages.buffers
+        for bind in spec.binds:
+            if isinstance(bind, _Static):
+                results.append(bind.value)
                 continue
-            shape, dtype = described
+            shape, stride, prototype, kind = bind
             buf = next(flat)
-            if id(buf) in input_buffers:  # an input passed through: its storage keeps the buffer
+            if kind is _PASSED:  # an input passed through: its storage keeps the buffer
                 buf = jax.numpy.array(buf, copy=True)
-            results.append(_bind(buf, shape, dtype, device, i in self.host_outputs))
+            elif kind is _HOST_OUTPUT:
+                results.append(transfer.host_tensor(np.asarray(buf).reshape(shape), prototype.dtype))
+                continue
+            t = prototype.new_empty_strided(shape, stride)
+            if kind is not _EMPTY:
+                table[t.data_ptr()] = buf  # fresh: its data pointer is its storage's
+            results.append(t)
         return results
 
     def _device(self, inputs):
@@ -370,6 +393,53 @@ class CompiledGraph:
 
 
 _BUFFER, _HOST, _STATIC = 0, 1, 2
+_FRESH, _EMPTY, _PASSED, _HOST_OUTPUT = "fresh", "empty", "passed", "host"
+
+
+class _CallSpec:
+    """What one description of a call's inputs decides: the storage groups donated (mutated) and
+    kept, and, after the first call, how each output becomes a tensor."""
+
+    __slots__ = ("binds", "donated_groups", "entries", "kept_groups", "outputs")
+
+    def __init__(self, entries, mutated_placeholders, n_groups):
+        self.entries = entries
+        donated = {entries[i][1] for i in mutated_placeholders if entries[i][0] == _BUFFER}
+        self.donated_groups = tuple(sorted(donated))
+        self.kept_groups = tuple(g for g in range(n_groups) if g not in donated)
+        self.outputs = None  # per output: (shape, dtype) or _Static, set while tracing
+        self.binds = None
+
+    def prepare_binds(self, host_outputs, device, flat, input_buffers):
+        """Per output: a static value, or (shape, contiguous strides, an empty prototype tensor
+        of its dtype and device, kind). Whether an output is an input passed through is a
+        property of the traced graph, the same for every call of the spec."""
+        inputs = {id(b) for b in input_buffers}
+        flat = iter(flat)
+        binds = []
+        for i, described in enumerate(self.outputs):
+            if isinstance(described, _Static):
+                binds.append(described)
+                continue
+            shape, dtype = described
+            buf = next(flat)
+            prototype = torch.empty(0, dtype=to_torch(dtype), device="cpu" if i in host_outputs else device)
+            if i in host_outputs:
+                kind = _HOST_OUTPUT
+            elif id(buf) in inputs:
+                kind = _PASSED
+            else:
+                kind = _FRESH if math.prod(shape) else _EMPTY
+            binds.append((shape, _contiguous_strides(shape), prototype, kind))
+        self.binds = binds
+
+
+def _contiguous_strides(shape) -> tuple:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
 
 
 class _Static(tuple):
@@ -385,16 +455,6 @@ class _Static(tuple):
 
 def _empty_buffer(x):
     return storages.zeros(0, to_jax(x.dtype), x.device.index)
-
-
-def _bind(buf, shape, dtype, device, host):
-    """A new contiguous tensor of `shape` holding flat buffer `buf`."""
-    if host:
-        return transfer.host_tensor(np.asarray(buf).reshape(shape), to_torch(dtype))
-    out = torch.empty(shape, dtype=to_torch(dtype), device=device)
-    if out.numel():
-        storages.buffers[out.data_ptr()] = buf
-    return out
 
 
 def _to_array(x, device):
