@@ -14,6 +14,22 @@ def test_mm_bmm_dot_mv(dtype):
     check(torch.mv, a, torch.randn(5, dtype=dtype), grad=True)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.complex64])
+@pytest.mark.parametrize("sizes", [(8, 8, 8), (1, 64, 64), (16, 16, 17)])  # small products, then one past
+def test_small_and_large_products_match_cpu(dtype, sizes):
+    from torchneuron.lowering import linalg
+    m, k, n = sizes
+    assert (m * k * n <= linalg.SMALL_PRODUCT) == (sizes != (16, 16, 17))
+
+    def make(*shape):
+        if dtype.is_floating_point or dtype.is_complex:
+            return torch.randn(*shape, dtype=dtype)
+        return torch.randint(-9, 9, shape, dtype=dtype)
+
+    check(torch.mm, make(m, k), make(k, n))
+    check(torch.bmm, make(2, m // 2 or 1, k), make(2, k, n))
+
+
 def test_noncontiguous_and_matmul():
     a = torch.randn(5, 3).t()
     b = torch.randn(10, 4)[::2]
