@@ -291,6 +291,19 @@ def test_batch_norm_with_and_without_update():
     assert_same(cpu, dev, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("functional", [False, True])
+def test_batch_norm_with_update_without_weight_or_bias(functional):
+    """An affine-free batch norm (BatchNorm2d(affine=False)) passes weight and bias as None."""
+    aten = torch.ops.aten
+    op = aten._batch_norm_with_update_functional if functional else aten._batch_norm_with_update
+    x = torch.randn(4, 3, 5, 5)
+    stats_cpu, stats_dev = [torch.zeros(3), torch.ones(3)], [torch.zeros(3).to("neuron"), torch.ones(3).to("neuron")]
+    cpu = op(x, None, None, *stats_cpu, 0.1, 1e-5)
+    dev = op(x.to("neuron"), None, None, *stats_dev, 0.1, 1e-5)
+    assert_same(cpu, dev, rtol=1e-5, atol=1e-5)
+    assert_same(stats_cpu, stats_dev, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("param_dtype", ["same", torch.float32])
 def test_half_norm_statistics_dtype_like_cpu(dtype, param_dtype):

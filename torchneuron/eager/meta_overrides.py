@@ -45,6 +45,18 @@ def _batch_norm_no_update(input, weight, bias, running_mean, running_var, moment
     return (out[0], out[1].new_empty((0,)), out[2].new_empty((0,)), out[3])
 
 
+def _with_parameters(meta):
+    """PyTorch's decomposition of batch norm with update (torch 2.13) picks the backend from weight
+    and bias, which must then be tensors: for an affine-free norm, ones and zeros stand in (they
+    shape the same results)."""
+    def override(input, weight, bias, *args, **kwargs):
+        channels = (input.shape[1],)
+        weight = input.new_ones(channels) if weight is None else weight
+        bias = input.new_zeros(channels) if bias is None else bias
+        return meta(input, weight, bias, *args, **kwargs)
+    return override
+
+
 def _cpu_statistics(meta):
     """Normalisations of a float16/bfloat16 input: CPU saves the mean and inverse std in the input's
     dtype unless a parameter (weight, running stats) is float32 ("mixed type"), then in float32.
@@ -116,9 +128,9 @@ META_OVERRIDES = {
     aten._native_batch_norm_legit.default: _cpu_statistics(_eval_batch_norm(
         aten._native_batch_norm_legit.default, 5)),
     aten._native_batch_norm_legit.no_stats: _cpu_statistics(aten._native_batch_norm_legit.no_stats),
-    aten._batch_norm_with_update.default: _cpu_statistics(aten._batch_norm_with_update.default),
-    aten._batch_norm_with_update_functional.default: _cpu_statistics(
-        aten._batch_norm_with_update_functional.default),
+    aten._batch_norm_with_update.default: _cpu_statistics(_with_parameters(aten._batch_norm_with_update.default)),
+    aten._batch_norm_with_update_functional.default: _cpu_statistics(_with_parameters(
+        aten._batch_norm_with_update_functional.default)),
     aten.native_layer_norm.default: _cpu_statistics(aten.native_layer_norm.default),
     aten.native_group_norm.default: _cpu_statistics(aten.native_group_norm.default),
     aten._grouped_mm.default: _grouped_mm,
