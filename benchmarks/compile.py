@@ -5,18 +5,21 @@
 The GPT of torchneuron.testing.models (2 layers, width 32, 4 heads, sequence 16, batch 4) on: neuron
 eager, neuron torch.compile (the whole step), PyTorch CPU eager, torch.compile with inductor on CPU
 (skipped if it cannot compile here), and the same model as a plain JAX function under jax.jit (the
-ceiling). Also each first call (compile) time, and ratios to the jax.jit time.
+ceiling). Also each first call (compile) time, and ratios to the jax.jit time. After every case is
+built and compiled, the cases are timed in interleaved rounds, each reporting its fastest round (see
+timing.py: the machine's speed comes in phases).
 """
 from __future__ import annotations
 
 import math
 import time
+import types
 
 import jax
 import jax.numpy as jnp
 import torch
 import torch._dynamo
-from timing import seconds_per_call, sync_for
+from timing import interleaved_seconds_per_call, sync_for
 
 import torchneuron  # noqa: F401
 from torchneuron.testing.models import GPT, batches
@@ -24,13 +27,19 @@ from torchneuron.testing.models import GPT, batches
 LR = 1e-3
 
 
-def timed(fn, sync, repeat=10, rounds=3):
-    """(first call seconds, median ms per call after warm-up)."""
+def first_call(fn, sync) -> float:
+    """Seconds of the first call (tracing and compiling included)."""
     start = time.perf_counter()
     fn()
     sync()
-    first = time.perf_counter() - start
-    return first, seconds_per_call(fn, sync, repeat, rounds, warmup=3) * 1e3
+    return time.perf_counter() - start
+
+
+def own_code(fn):
+    """`fn` with a code object of its own: torch.compile keeps compiled frames per code object,
+    and each case must not check the other cases' guards on every call."""
+    return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__,
+                              fn.__closure__)
 
 
 def torch_case(device, compile_backend=None):
@@ -51,9 +60,10 @@ def torch_case(device, compile_backend=None):
             return model(x)
 
     if compile_backend:
-        step, forward = torch.compile(step, backend=compile_backend), torch.compile(forward, backend=compile_backend)
+        step = torch.compile(own_code(step), backend=compile_backend)
+        forward = torch.compile(own_code(forward), backend=compile_backend)
     sync = sync_for(device)
-    return timed(step, sync), timed(forward, sync)
+    return (first_call(step, sync), step, sync), (first_call(forward, sync), forward, sync)
 
 
 def jax_case():
@@ -119,7 +129,7 @@ def jax_case():
     def fwd():
         result["out"] = infer(state[0], x)
 
-    return timed(step, sync), timed(fwd, sync)
+    return (first_call(step, sync), step, sync), (first_call(fwd, sync), fwd, sync)
 
 
 def main():
@@ -128,14 +138,17 @@ def main():
              "cpu eager": lambda: torch_case("cpu"),
              "cpu inductor": lambda: torch_case("cpu", "inductor"),
              "neuron eager": lambda: torch_case("neuron")}
-    results = {}
-    for name, run in cases.items():
-        torch._dynamo.reset()
+    built = {}
+    torch._dynamo.reset()
+    for name, build in cases.items():
         try:
-            results[name] = run()
-            print(f"{name}: step {results[name][0][1]:.3f} ms, forward {results[name][1][1]:.3f} ms", flush=True)
+            built[name] = build()
+            print(f"{name}: first step {built[name][0][0]:.2f} s, first forward {built[name][1][0]:.2f} s", flush=True)
         except (torch._dynamo.exc.BackendCompilerFailed, RuntimeError, OSError) as e:  # inductor: C++
             print(f"{name}: skipped ({type(e).__name__}: {str(e).splitlines()[0][:100]})")
+    steps = interleaved_seconds_per_call({n: (s[1], s[2]) for n, (s, _) in built.items()}, 10, 15, warmup=3)
+    forwards = interleaved_seconds_per_call({n: (f[1], f[2]) for n, (_, f) in built.items()}, 10, 15, warmup=3)
+    results = {n: ((built[n][0][0], steps[n] * 1e3), (built[n][1][0], forwards[n] * 1e3)) for n in built}
     ceiling = results["jax.jit"]
     print(f"{'':16} {'step ms':>9} {'x jax':>7} {'1st step s':>10} {'fwd ms':>8} {'x jax':>7} {'1st fwd s':>9}")
     for name, ((s_first, s_ms), (f_first, f_ms)) in results.items():
