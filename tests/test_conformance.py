@@ -31,12 +31,13 @@ SLICE = [
 ]
 
 
-def _opinfo(name, fn, supports_autograd=False):
+def _opinfo(name, fn, supports_autograd=False, supports_forward_ad=False):
     def samples(op, device, dtype, requires_grad, **kwargs):
         yield SampleInput(make_tensor((3, 4), device=device, dtype=dtype, requires_grad=requires_grad))
 
     return OpInfo(name, op=fn, dtypes=(torch.float32,), sample_inputs_func=samples,
-                  supports_autograd=supports_autograd, supports_out=False)
+                  supports_autograd=supports_autograd, supports_forward_ad=supports_forward_ad,
+                  supports_out=False)
 
 
 @pytest.fixture
@@ -48,6 +49,16 @@ def test_pass_with_backward():
     record = runner.run_op_dtype(_opinfo("synthetic_exp", torch.exp, supports_autograd=True), torch.float32)
     assert record["status"] == "pass", record
     assert record["variants"]["backward"]["status"] == "pass"
+
+
+def test_forward_mode_tangents_are_compared():
+    record = runner.run_op_dtype(_opinfo("synthetic_exp", torch.exp, True, True), torch.float32)
+    assert record["variants"]["forward_ad"]["status"] == "pass", record
+    # equal values, but on neuron the tangent doubles: only the derivative checks can see it
+    op = _opinfo("synthetic_tangent", lambda x: x + (x - x.detach()) * (x.device.type == "neuron"), True, True)
+    record = runner.run_op_dtype(op, torch.float32)
+    assert record["variants"]["forward"]["status"] == "pass"
+    assert record["variants"]["forward_ad"]["status"] == "mismatch", record
 
 
 def test_mismatch_reports_errors():

@@ -22,7 +22,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=300, help="seconds per op (all its dtypes)")
     p.add_argument("--max-samples", type=int, default=8, help="sample inputs per op x dtype x variant")
     p.add_argument("--out", type=Path, default=Path("conformance"), help="output folder")
-    p.add_argument("--no-backward", action="store_true", help="skip gradient checks")
+    p.add_argument("--no-backward", action="store_true", help="skip gradient checks (reverse and forward mode)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--from-records", type=Path, nargs="+", metavar="JSONL",
                    help="write the report from (partial) runs' records.jsonl instead of running; with "

@@ -37,6 +37,7 @@ def summarize(records) -> dict:
         "backward": _variant_rate(records, "backward"),
         "out": _variant_rate(records, "out"),
         "inplace": _variant_rate(records, "inplace"),
+        "forward_ad": _variant_rate(records, "forward_ad"),
         "by_dtype": _grouped(records, "dtype"),
         "by_family": _grouped(records, "family"),
         "fallback_ops": dict(collections.Counter(op for r in records for op in r["fallbacks"])),
@@ -56,7 +57,7 @@ def markdown(summary: dict, records, meta: dict) -> str:
               "variant passes and nothing fell back to CPU."), "",
              "| scope | pass rate |", "| --- | --- |",
              f"| overall | {_pct(summary['overall'])} |"]
-    for variant in ("forward", "backward", "out", "inplace"):
+    for variant in ("forward", "backward", "forward_ad", "out", "inplace"):
         lines.append(f"| {variant} | {_pct(summary[variant])} |")
     statuses = ("pass", "mismatch", "error", "used-fallback", "skipped")
     lines += ["", "Records by status: " + ", ".join(f"{s} {summary['counts'].get(s, 0)}" for s in statuses)]

@@ -241,6 +241,72 @@ def _reference_grads(op, wide, picked, leaves, seeds):
                                     [s.double() for s in seeds], allow_unused=True))
 
 
+def _forward_ad(op, dtype, tol, limit) -> dict:
+    """Forward-mode AD: the sample's floating tensors made dual with random tangents (the same on
+    both devices), the op run inside a dual level, the output tangents compared with CPU's."""
+    v = _Variant()
+    generator = torch.Generator().manual_seed(0)
+    for i, sample in enumerate(_samples(op, dtype, False, limit)):
+        mover = _Mover(skips.host_tensors(full_name(op), sample))
+        mover.prepare(sample)
+        primals = list({id(t): t for t in tree_flatten([sample.input, sample.args, sample.kwargs])[0]
+                        if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex())
+                        and id(t) in mover.copies and mover.copies[id(t)].device.type == "neuron"}.values())
+        if not primals:
+            continue
+        # a tangent in its primal's layout where that is dense (make_dual wants views' tangents so)
+        tangents = {id(t): (torch.empty_strided(t.shape, t.stride(), dtype=t.dtype) if _dense(t)
+                            else torch.empty(t.shape, dtype=t.dtype)).normal_(generator=generator)
+                    for t in primals}
+        expected, exc = _attempt(_output_tangents, op, sample, None, tangents)
+        if exc:
+            v.cpu_fails += 1
+            continue
+        if not any(t is not None for t in expected):
+            continue
+        actual, exc = _attempt(_output_tangents, op, sample, mover, tangents)
+        if exc:
+            v.error(i, exc)
+            break
+        problem = classify.compare(actual, expected, *tol)
+        if problem:
+            v.mismatch(i, problem)
+            break
+        v.compared += 1
+    return v.result()
+
+
+def _dense(t) -> bool:
+    """Whether `t`'s strides describe a dense layout a fresh tangent can copy (no overlap, no gaps)."""
+    from torch._prims_common import is_non_overlapping_and_dense_or_false as dense
+    return t.numel() > 0 and dense(t)
+
+
+def _output_tangents(op, sample, mover, tangents):
+    """The tangents of the op's outputs (after the sample's output processing), as CPU tensors or
+    None, with the sample's floating inputs dual on `mover`'s device (CPU when mover is None)."""
+    import torch.autograd.forward_ad as fwad
+
+    with fwad.dual_level():
+        def dual(value):
+            if not isinstance(value, torch.Tensor) or id(value) not in tangents:
+                return mover(value) if mover is not None else value
+            primal = mover(value) if mover is not None else value
+            tangent = tangents[id(value)]
+            if mover is not None:
+                tangent = tangent.to("neuron")
+            return fwad.make_dual(primal, tangent)
+
+        args = tree_map(dual, [sample.input, sample.args, sample.kwargs])
+        out = sample.output_process_fn_grad(op(args[0], *args[1], **args[2]))
+        flat = tree_flatten(out)[0]
+        result = []
+        for o in flat:
+            tangent = fwad.unpack_dual(o).tangent if isinstance(o, torch.Tensor) else None
+            result.append(None if tangent is None else tangent.detach().cpu())
+        return result
+
+
 def _call_out(op, sample, out, mover=None):
     _call(op, sample, mover, out=out)
     return out
@@ -315,6 +381,8 @@ def run_op_dtype(op, dtype, backward: bool = True, max_samples: int = 8) -> dict
     variants = {"forward": _guarded(_forward, op, dtype, tol, shape_only, max_samples)}
     if backward and op.supports_autograd and dtype.is_floating_point and not shape_only:
         variants["backward"] = _guarded(_backward, op, dtype, tol, max_samples)
+    if backward and op.supports_forward_ad and dtype.is_floating_point and not shape_only:
+        variants["forward_ad"] = _guarded(_forward_ad, op, dtype, tol, max_samples)
     if op.supports_out:
         variants["out"] = _guarded(_out, op, dtype, tol, shape_only, max_samples)
     if op.inplace_variant is not None:
