@@ -58,5 +58,5 @@ def test_jacfwd_jacrev_and_hessian_match_cpu():
     xn = x.to("neuron")
     torch.testing.assert_close(jacfwd(f)(xn).cpu(), jacrev(f)(x))
     torch.testing.assert_close(jacrev(f)(xn).cpu(), jacrev(f)(x))
-    g = lambda x: f(x).sum()  # noqa: E731
+    g = lambda x: f(x).sum()
     torch.testing.assert_close(hessian(g)(xn).cpu(), hessian(g)(x))
