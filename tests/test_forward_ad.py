@@ -60,3 +60,13 @@ def test_jacfwd_jacrev_and_hessian_match_cpu():
     torch.testing.assert_close(jacrev(f)(xn).cpu(), jacrev(f)(x))
     g = lambda x: f(x).sum()
     torch.testing.assert_close(hessian(g)(xn).cpu(), hessian(g)(x))
+
+
+@pytest.mark.usefixtures("lowered_only")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])  # (CPU has no half glu_jvp)
+def test_glu_forward_derivative_is_lowered(dtype):
+    x, t = torch.randn(4, 6, dtype=dtype), torch.randn(4, 6, dtype=dtype)
+    expected = jvp(lambda x: torch.nn.functional.glu(x, 1), (x,), (t,))
+    got = jvp(lambda x: torch.nn.functional.glu(x, 1), (x.to("neuron"),), (t.to("neuron"),))
+    for a, b in zip(expected, got):
+        torch.testing.assert_close(b.cpu(), a)

@@ -45,6 +45,16 @@ def glu_backward(grad_output, self, dim):
     return vjp(grad_output)[0]
 
 
+@lowers(aten.glu_jvp.default)
+def glu_jvp(glu, x, dx, dim):
+    """The forward-mode tangent of glu(x) = a * sigmoid(b) along dx = (da, db), written as CPU's
+    kernel computes it: da * sigmoid(b) + glu * (db - sigmoid(b) * db)."""
+    _, b = jnp.split(_up(x), 2, axis=dim)
+    da, db = jnp.split(_up(dx), 2, axis=dim)
+    sig_b = jax.nn.sigmoid(b)
+    return (da * sig_b + _up(glu) * (db - sig_b * db)).astype(glu.dtype)
+
+
 def _prelu(x, w):
     return jnp.where(x > 0, x, w * x).astype(x.dtype)
 
