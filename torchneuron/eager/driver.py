@@ -55,6 +55,10 @@ class CallDescription:
 
 
 _NO_DEVICE = -2  # (get_device() says -1 for CPU tensors)
+_BUFFERS = storages.buffers  # (the one table, never rebound: a global read, not an attribute's)
+# Calls that may return before their work is done keep their outputs for synchronize(); inline
+# XLA:CPU has finished a call's work when it returns.
+_KEEP_RECENT = devices.ASYNCHRONOUS
 
 
 def _device_error(op, a: torch.device, b: torch.device) -> RuntimeError:
@@ -113,8 +117,8 @@ def _run_tensors(schema: OpSchema, plans: dict, args):
     already written. Returns None, having run nothing, for any other call or a call without a
     plan yet: `describe` handles those (and raises their errors). The key is the one `describe`
     and `plan_key` build, so both paths share plans."""
-    key, handles, found, sharing = [], [], [], {}
-    table = storages.buffers
+    key, handles, found = [], [], []
+    table = _BUFFERS
     index = _NO_DEVICE
     bits = schema.math_bits
     for t in args:
@@ -127,8 +131,9 @@ def _run_tensors(schema: OpSchema, plans: dict, args):
             index = i
         handle = t.untyped_storage().data_ptr()
         n = len(handles)
+        # a few tensors: a scan finds a shared storage sooner than a dict is built
+        first = handles.index(handle) if handle and handle in handles else n
         handles.append(handle)
-        first = sharing.setdefault(handle, n) if handle else n
         if first == n:
             buf = table.get(handle)
             if buf is None:
@@ -145,8 +150,10 @@ def _run_tensors(schema: OpSchema, plans: dict, args):
     if plan.simple:
         return plan.run_buffers(found)
     desc = CallDescription(bits)
-    desc.key, desc.handles, desc.buffers, desc.sharing = key, handles, found, sharing
-    desc.tensors, desc.index = args, index
+    desc.key, desc.handles, desc.buffers, desc.tensors, desc.index = key, handles, found, args, index
+    for n, handle in enumerate(handles):
+        if handle:
+            desc.sharing.setdefault(handle, n)
     return plan.execute(args, {}, desc)
 
 
@@ -584,14 +591,15 @@ class Plan:
     def run_buffers(self, flat):
         """A simple plan's call on its argument buffers: one fresh result."""
         outputs = self.jitted(*flat)
-        storages.recent.append(outputs)
+        if _KEEP_RECENT:
+            storages.recent.append(outputs)
         return self._single_result(outputs[0])
 
     def _single_result(self, buf):
         shape, stride, prototype, nonempty = self.single_fresh
         t = prototype.new_empty_strided(shape, stride)  # dtype and device from an empty prototype
         if nonempty:  # a fresh tensor starts at offset 0: its data pointer is its storage's
-            storages.buffers[t.data_ptr()] = buf
+            _BUFFERS[t.data_ptr()] = buf
         return t
 
     def _results(self, args, kwargs, fresh_buffers):

@@ -40,9 +40,10 @@ def run_op(op, *args, **kwargs):
 def make_kernel(op):
     schema = _schema(op)
     plans = _plans.setdefault(op, {})
+    run = driver.run
 
     def kernel(*args, **kwargs):
-        return driver.run(schema, plans, args, kwargs)
+        return run(schema, plans, args, kwargs)
 
     kernel.__name__ = f"neuron_{op.name()}"
     return kernel
