@@ -1,4 +1,6 @@
 """torch.compile(backend="neuron"): one XLA executable per graph, same results as eager and CPU."""
+import functools
+
 import pytest
 import torch
 import torch._dynamo
@@ -9,6 +11,14 @@ from torchneuron.testing.models import CNN, GPT, MLP, batches, loss_of
 
 pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
+
+
+def _train_step(kind, model, opt, x, y):
+    loss = loss_of(kind, model, x, y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return loss
 
 
 def _inputs(kind):
@@ -50,13 +60,7 @@ def test_compiled_training_step_matches_eager():
     # SGD: Adam would turn rounding noise in zero gradients (attention key bias) into full steps
     opts = [torch.optim.SGD(m.parameters(), lr=1e-1, momentum=0.9) for m in (eager_model, compiled_model)]
 
-    def step(model, opt, x, y):
-        loss = model(x, y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return loss
-
+    step = functools.partial(_train_step, "gpt")
     compiled_step = torch.compile(step, backend="neuron")
     for x, y in batches("gpt", 3, batch=4):
         x, y = x.to("neuron"), y.to("neuron")
@@ -76,13 +80,7 @@ def test_compiled_adamw_keeps_step_counts_on_neuron_and_matches_cpu():
     model.load_state_dict(cpu_model.state_dict())
     opts = [torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.1) for m in (cpu_model, model)]
 
-    def step(model, opt, x, y):
-        loss = loss_of("mlp", model, x, y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return loss
-
+    step = functools.partial(_train_step, "mlp")
     compiled_step = torch.compile(step, backend="neuron")
     for x, y in batches("mlp", 4, batch=8):
         a = step(cpu_model, opts[0], x, y)
