@@ -25,7 +25,7 @@ from torch._dynamo.backends.common import aot_autograd
 
 from .. import random as neuron_random
 from ..eager import transfer
-from ..eager.layout import Layout, read, write
+from ..eager.layout import Layout, contiguous_stride, read, write
 from ..lowering import LOWERINGS, calling
 from ..runtime import storages
 from ..runtime.dtypes import to_jax, to_torch
@@ -154,8 +154,7 @@ class CompiledGraph:
         inputs = []
         for kind, where, layout, dtype in entries:
             if kind == _BUFFER:
-                layout = Layout(tuple(layout[0]), tuple(layout[1]), layout[2])
-                inputs.append(read(storages.bitcast(buffers[where], to_jax(dtype)), layout))
+                inputs.append(read(storages.bitcast(buffers[where], to_jax(dtype)), _layout(layout)))
             elif kind == _HOST:
                 start, shape = where
                 inputs.append(host[str(dtype)][start:start + math.prod(shape)].reshape(shape))
@@ -170,7 +169,7 @@ class CompiledGraph:
                 host_new.setdefault(str(dtype), []).append(value.reshape(-1))
                 continue
             buf = storages.bitcast(new.get(group, buffers[group]), to_jax(dtype))
-            new[group] = write(buf, Layout(tuple(layout[0]), tuple(layout[1]), layout[2]), value)
+            new[group] = write(buf, _layout(layout), value)
         host_new = {dt: jax.numpy.concatenate(values) for dt, values in host_new.items()}
         described, flat = [], []
         for o in outputs:
@@ -331,7 +330,8 @@ class CompiledGraph:
             self._note_compile([(e[2], e[3]) if e[0] == _BUFFER else e[1] for e in entries])
         else:
             _stats["cache_hits"] += 1
-        storages.recent.append(flat)
+        if storages.KEEP_RECENT:
+            storages.recent.append(flat)
         for group, buf in zip(spec.donated_groups, new_buffers):
             if handles[group]:
                 table[handles[group]] = buf
@@ -430,16 +430,14 @@ class _CallSpec:
                 kind = _PASSED
             else:
                 kind = _FRESH if math.prod(shape) else _EMPTY
-            binds.append((shape, _contiguous_strides(shape), prototype, kind))
+            binds.append((shape, contiguous_stride(shape), prototype, kind))
         self.binds = binds
 
 
-def _contiguous_strides(shape) -> tuple:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))
+def _layout(described) -> Layout:
+    """An input entry's (sizes, strides, offset) as a Layout (made while tracing, not per call)."""
+    sizes, strides, offset = described
+    return Layout(tuple(sizes), tuple(strides), offset)
 
 
 class _Static(tuple):

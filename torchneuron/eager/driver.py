@@ -56,9 +56,7 @@ class CallDescription:
 
 _NO_DEVICE = -2  # (get_device() says -1 for CPU tensors)
 _BUFFERS = storages.buffers  # (the one table, never rebound: a global read, not an attribute's)
-# Calls that may return before their work is done keep their outputs for synchronize(); inline
-# XLA:CPU has finished a call's work when it returns.
-_KEEP_RECENT = devices.ASYNCHRONOUS
+_KEEP_RECENT = storages.KEEP_RECENT  # (read per op: a global, not an attribute)
 
 
 def _device_error(op, a: torch.device, b: torch.device) -> RuntimeError:
@@ -570,7 +568,8 @@ class Plan:
         if rng is not None:
             flat += [np.uint64(rng[0]), np.uint64(rng[1])]
         outputs = self.jitted(*flat)
-        storages.recent.append(outputs)
+        if _KEEP_RECENT:
+            storages.recent.append(outputs)
         n_written = self.n_written
         if n_written:
             handles = desc.handles

@@ -21,9 +21,10 @@ from .core import EVENT_FREE, EVENT_GROW, StorageEvent, lib, pending, urgent
 
 buffers: dict[int, jax.Array] = {}
 # The latest results, kept so that synchronize() also waits for work whose tensors already died.
-# Inline XLA:CPU has done a call's work when the call returns: there the last one will do, and
-# buffers then die young, which frees them faster (about half a microsecond per small op).
-recent: collections.deque = collections.deque(maxlen=32 if devices.ASYNCHRONOUS else 1)
+# Only where a call can return before its work is done: inline XLA:CPU has finished it, and there
+# buffers that die young also free faster (about half a microsecond per small op).
+KEEP_RECENT = devices.ASYNCHRONOUS
+recent: collections.deque = collections.deque(maxlen=32)
 _drain_lock = threading.Lock()
 _EVENTS = (StorageEvent * 256)()
 # The same memory as rows of six integers: one tolist() reads a batch, where ctypes would build
