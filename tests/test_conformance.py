@@ -206,6 +206,25 @@ def test_half_mismatch_judged_against_float64(worse):
         assert record["status"] == "mismatch" and forward["status"] == "mismatch", record
 
 
+@pytest.mark.parametrize("worse", ["cpu", "neuron"])
+def test_half_tangent_mismatch_judged_against_float64(worse):
+    # the same rule for forward-mode AD: values agree, the tangent is 3% off on one side in float16
+    def third(x):
+        off = (x - x.detach()) * (2 ** -5 / 3) if x.device.type == worse and x.dtype == torch.float16 else 0
+        return x / 3 + off
+
+    def samples(op, device, dtype, requires_grad, **kwargs):
+        yield SampleInput(make_tensor((3, 4), device=device, dtype=dtype, low=1, high=4, requires_grad=requires_grad))
+
+    op = OpInfo("synthetic_third_tangent", op=third, dtypes=(torch.float16,), sample_inputs_func=samples,
+                supports_out=False, supports_forward_ad=True)
+    forward_ad = runner.run_op_dtype(op, torch.float16)["variants"]["forward_ad"]
+    if worse == "cpu":
+        assert forward_ad["status"] == "pass" and forward_ad["float64_judged"] == 1, forward_ad
+    else:
+        assert forward_ad["status"] == "mismatch", forward_ad
+
+
 def test_arguments_pytorch_keeps_on_cpu_stay_there():
     # tensor_split takes its tensor of split points on CPU only, as PyTorch's device tests pass it
     op = next(o for o in runner.load_op_db() if o.name == "tensor_split")
