@@ -132,14 +132,24 @@ class _Variant:
             return {"status": "skipped", "reason": reason, "samples": 0, "cpu_fails": self.cpu_fails}
         return {"status": "pass", "samples": self.compared, "cpu_fails": self.cpu_fails, **judged}
 
-    def closer_to_float64(self, actual, expected, tol, reference_fn, *args) -> bool:
-        """Whether a half-precision mismatch is neuron being as close to float64 as CPU, or closer;
-        reference_fn(*args) computes the float64 result."""
-        reference, exc = _attempt(reference_fn, *args)
-        if exc is None and classify.closer_to_float64(actual, expected, reference, *tol):
-            self.float64_judged += 1
-            return True
-        return False
+    def judged(self, problem, actual, expected, tol, wide, reference_fn, *args):
+        """`problem`, or None when it is a half-precision mismatch where neuron is as close to the
+        float64 result as CPU, or closer: `wide` is the sample in float64 (None: not judged),
+        reference_fn(*args) computes that result."""
+        if problem and wide is not None:
+            reference, exc = _attempt(reference_fn, *args)
+            if exc is None and classify.closer_to_float64(actual, expected, reference, *tol):
+                self.float64_judged += 1
+                return None
+        return problem
+
+    def conclude(self, index, problem) -> bool:
+        """Records one compared sample; False (stop the variant) at its first mismatch."""
+        if problem:
+            self.mismatch(index, problem)
+            return False
+        self.compared += 1
+        return True
 
     def error(self, index, exc):
         detail = classify.error_detail(exc)
@@ -166,12 +176,9 @@ def _forward(op, dtype, tol, shape_only, limit) -> dict:
             v.error(i, exc)
             break
         problem = _compare_processed(sample, actual, expected, tol, shape_only)
-        if problem and wide and not shape_only and v.closer_to_float64(actual, expected, tol, _call, op, wide):
-            problem = None
-        if problem:
-            v.mismatch(i, problem)
+        problem = v.judged(problem, actual, expected, tol, None if shape_only else wide, _call, op, wide)
+        if not v.conclude(i, problem):
             break
-        v.compared += 1
     return v.result()
 
 
@@ -218,14 +225,11 @@ def _backward(op, dtype, tol, limit) -> dict:
         if exc:
             v.error(i, exc)
             break
-        problem = classify.compare(list(actual), list(expected), *tol)
-        if problem and wide and v.closer_to_float64(list(actual), list(expected), tol,
-                                                    _reference_grads, op, wide, picked, leaves, seeds):
-            problem = None
-        if problem:
-            v.mismatch(i, problem)
+        actual, expected = list(actual), list(expected)
+        problem = v.judged(classify.compare(actual, expected, *tol), actual, expected, tol, wide,
+                           _reference_grads, op, wide, picked, leaves, seeds)
+        if not v.conclude(i, problem):
             break
-        v.compared += 1
     return v.result()
 
 
@@ -249,6 +253,7 @@ def _forward_ad(op, dtype, tol, limit) -> dict:
     for i, sample in enumerate(_samples(op, dtype, False, limit)):
         mover = _Mover(skips.host_tensors(full_name(op), sample))
         mover.prepare(sample)
+        wide = _Float64Sample(sample) if dtype in classify.LOW_PRECISION else None
         primals = list({id(t): t for t in tree_flatten([sample.input, sample.args, sample.kwargs])[0]
                         if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex())
                         and id(t) in mover.copies and mover.copies[id(t)].device.type == "neuron"}.values())
@@ -268,14 +273,10 @@ def _forward_ad(op, dtype, tol, limit) -> dict:
         if exc:
             v.error(i, exc)
             break
-        problem = classify.compare(actual, expected, *tol)
-        if problem and dtype in classify.LOW_PRECISION and v.closer_to_float64(
-                actual, expected, tol, _reference_tangents, op, _Float64Sample(sample), primals, tangents):
-            problem = None
-        if problem:
-            v.mismatch(i, problem)
+        problem = v.judged(classify.compare(actual, expected, *tol), actual, expected, tol, wide,
+                           _reference_tangents, op, wide, primals, tangents)
+        if not v.conclude(i, problem):
             break
-        v.compared += 1
     return v.result()
 
 
@@ -346,11 +347,8 @@ def _out(op, dtype, tol, shape_only, limit) -> dict:
         if exc:
             v.error(i, exc)
             break
-        problem = _compare_processed(sample, out, expected, tol, shape_only)
-        if problem:
-            v.mismatch(i, problem)
+        if not v.conclude(i, _compare_processed(sample, out, expected, tol, shape_only)):
             break
-        v.compared += 1
     return v.result()
 
 
@@ -373,10 +371,8 @@ def _inplace(op, dtype, tol, shape_only, limit) -> dict:
         problem = classify.compare(target, sample.input, *tol, shape_only=shape_only)
         if problem is None and returned is not target:
             problem = {"message": "the in-place variant did not return its input"}
-        if problem:
-            v.mismatch(i, problem)
+        if not v.conclude(i, problem):
             break
-        v.compared += 1
     return v.result()
 
 

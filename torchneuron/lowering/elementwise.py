@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from ..runtime.dtypes import to_jax
+from ..runtime.dtypes import CPU_ACC_TYPE, to_jax
 from . import DEFAULT, INT_TO_FLOAT, NO_OPMATH, aten, lowers
 
 SELF = ("self",)
@@ -297,15 +297,14 @@ def polygamma(n, self):
         return _trigamma(self)
     # CPU sums the zeta series in its acc_type, double for float32: near the roots on the negative
     # axis the result is what is left after terms of opposite sign cancel, and float32 sums keep
-    # none of it (0.2-30x relative errors at -9.5..-1.5 for n = 4, 6).
-    value = _polygamma_positive(n, self.astype(_CPU_ACC.get(self.dtype, self.dtype))).astype(self.dtype)
+    # none of it (0.2-30x relative errors at -9.5..-1.5 for n = 4, 6). Half inputs arrive in float32.
+    value = _polygamma_positive(n, self.astype(CPU_ACC_TYPE.get(self.dtype, self.dtype))).astype(self.dtype)
     # poles at 0, -1, -2...: (-1)^(n+1) n! zeta(n+1, x) with zeta infinite there, as on CPU
     pole = (self <= 0) & (self == jnp.floor(self))
     return jnp.where(pole, _const(jnp.inf if n % 2 else -jnp.inf, value), value)
 
 
 _SHIFT_LIMIT = 64
-_CPU_ACC = {jnp.dtype(t): jnp.float64 for t in (jnp.float32, jnp.float16, jnp.bfloat16)}
 # JAX's series is accurate only well away from 0: its float32 value at x + k in (0, 1] carries an
 # absolute error that, near the roots on the negative axis, exceeds the result. CPU (Cephes) sums
 # the first nine terms directly and starts its series at 9 or more; so do we.

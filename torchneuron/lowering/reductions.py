@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from ..runtime.dtypes import to_jax
+from ..runtime.dtypes import CPU_ACC_TYPE, to_jax
 from . import aten, lowers
 
 INDEX = jnp.int64
@@ -332,7 +332,6 @@ def cumprod(self, dim, *, dtype=None):
 # CPU's scans accumulate in its acc_type, double for float32: each logcumsumexp output is then the
 # correctly rounded value. Its backward exponentiates differences of outputs (near 1e4 in the
 # OpInfo), so a float32 scan's last-ulp differences became 3e-3 relative errors in the gradient.
-_CPU_SCAN_ACC = {jnp.dtype(jnp.float32): jnp.float64, jnp.dtype(jnp.complex64): jnp.complex128}
 
 
 @lowers(aten.logcumsumexp.default)
@@ -341,7 +340,7 @@ def logcumsumexp(self, dim):
     if x.ndim == 0:
         return x
     axis = _axis(x, dim)
-    acc = x.astype(_CPU_SCAN_ACC.get(x.dtype, x.dtype))  # CPU scans in its accumulation type
+    acc = x.astype(CPU_ACC_TYPE.get(x.dtype, x.dtype))  # CPU scans in its accumulation type
     if not jnp.iscomplexobj(x):
         return lax.cumlogsumexp(acc, axis).astype(x.dtype)
     # CPU accumulates in order; a tree of partial sums would land on other branches of the log

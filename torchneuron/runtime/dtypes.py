@@ -26,6 +26,10 @@ TORCH_TO_JAX = {
 }
 JAX_TO_TORCH = {np.dtype(v): k for k, v in TORCH_TO_JAX.items()}
 
+# CPU's acc_type where it is wider than the computation dtype (at::acc_type<T, false>): some CPU
+# kernels (scans, the zeta series) accumulate in it, and matching them needs the same width.
+CPU_ACC_TYPE = {np.dtype(jnp.float32): jnp.float64, np.dtype(jnp.complex64): jnp.complex128}
+
 
 # Why a torch dtype has no device type, and what to use instead.
 UNSUPPORTED = {
