@@ -3,13 +3,10 @@ its general path must agree: same values as CPU, same plans, same errors."""
 import pytest
 import torch
 
-from torchneuron.eager import kernels
+from torchneuron.eager import driver
+from torchneuron.eager.schema import parse
 
 aten = torch.ops.aten
-
-
-def _plans(op):
-    return kernels._plans.get(op, {})
 
 
 @pytest.mark.parametrize("make", [
@@ -27,14 +24,13 @@ def test_common_call_matches_cpu(make):
 
 
 def test_both_paths_find_the_same_plan():
-    from torchneuron.eager import driver
     a, b = torch.randn(5, 3).to("neuron"), torch.randn(5, 3).t().to("neuron")
-    schema, plans = kernels._schema(aten.mul.Tensor), _plans(aten.mul.Tensor)
+    schema, plans = parse(aten.mul.Tensor), driver.plans_of(aten.mul.Tensor)
     with torch.profiler.profile():  # the profiler runs every call through the general path
         c = a * b.t()
     # the one-pass path finds the plan the general path built: it runs without building another
     n = len(plans)
-    d = driver._run_tensors(schema, plans, (a, b.t()))
+    d = driver._run_in_one_pass(schema, plans, (a, b.t()))
     assert d is not None and len(plans) == n
     torch.testing.assert_close(d.cpu(), c.cpu())
     torch.testing.assert_close(c.cpu(), a.cpu() * b.t().cpu())

@@ -24,11 +24,10 @@ from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
 
 from .. import random as neuron_random
-from ..eager import transfer
-from ..eager.layout import Layout, contiguous_stride, read, write
 from ..lowering import LOWERINGS, calling
-from ..runtime import storages
+from ..runtime import storages, transfer
 from ..runtime.dtypes import to_jax, to_torch
+from ..runtime.layout import Layout, contiguous_stride, read, write
 from . import buckets
 
 log = logging.getLogger("torchneuron.compile")
@@ -267,7 +266,7 @@ class CompiledGraph:
             if target.device.type != "neuron":  # a host input, e.g. the optimizer's step counts
                 target.copy_(_from_array(new, target.device, True))
             else:
-                transfer.copy_(target, transfer.from_value(new, target.device))
+                transfer.assign(target, new)
         if true is not None:
             outputs = [buckets.unpad(o, shape, true) if hasattr(o, "shape") else o
                        for o, shape in zip(outputs, self.output_shapes)]
@@ -282,7 +281,7 @@ class CompiledGraph:
         host: dict = {}  # dtype name -> host input tensors: one transfer per dtype, not per input
         host_sizes: dict = {}  # dtype name -> elements so far
         group_of: dict[int, int] = {}
-        table = storages.buffers
+        lookup = storages.lookup
         index = -1
         for x in inputs:
             if not isinstance(x, torch.Tensor):
@@ -301,8 +300,8 @@ class CompiledGraph:
             group = group_of.get(handle) if handle else None
             if group is None:
                 group = len(buffers)
-                buf = table.get(handle) if handle else _empty_buffer(x)
-                buffers.append(buf if buf is not None else transfer.buffer_of(x))
+                buf = lookup(handle) if handle else None
+                buffers.append(buf if buf is not None else storages.buffer_of(x))
                 handles.append(handle)
                 if handle:
                     group_of[handle] = group
@@ -331,10 +330,10 @@ class CompiledGraph:
         else:
             _stats["cache_hits"] += 1
         if storages.KEEP_RECENT:
-            storages.recent.append(flat)
+            storages.keep_recent(flat)
         for group, buf in zip(spec.donated_groups, new_buffers):
             if handles[group]:
-                table[handles[group]] = buf
+                storages.bind(handles[group], buf)
         if host_new:
             self._write_host_inputs(inputs, entries, host_new)
         return self._bind_outputs(spec, flat, buffers, device)
@@ -358,7 +357,7 @@ class CompiledGraph:
     def _bind_outputs(self, spec, flat, input_buffers, device):
         if spec.binds is None:
             spec.prepare_binds(self.host_outputs, device, flat, input_buffers)
-        results, flat, table = [], iter(flat), storages.buffers
+        results, flat = [], iter(flat)
         for bind in spec.binds:
             if isinstance(bind, _Static):
                 results.append(bind.value)
@@ -370,10 +369,7 @@ class CompiledGraph:
             elif kind is _HOST_OUTPUT:
                 results.append(transfer.host_tensor(np.asarray(buf).reshape(shape), prototype.dtype))
                 continue
-            t = prototype.new_empty_strided(shape, stride)
-            if kind is not _EMPTY:
-                table[t.data_ptr()] = buf  # fresh: its data pointer is its storage's
-            results.append(t)
+            results.append(storages.new_tensor(prototype, shape, stride, buf))
         return results
 
     def _device(self, inputs):
@@ -393,7 +389,7 @@ class CompiledGraph:
 
 
 _BUFFER, _HOST, _STATIC = 0, 1, 2
-_FRESH, _EMPTY, _PASSED, _HOST_OUTPUT = "fresh", "empty", "passed", "host"
+_FRESH, _PASSED, _HOST_OUTPUT = "fresh", "passed", "host"
 
 
 class _CallSpec:
@@ -429,7 +425,7 @@ class _CallSpec:
             elif id(buf) in inputs:
                 kind = _PASSED
             else:
-                kind = _FRESH if math.prod(shape) else _EMPTY
+                kind = _FRESH
             binds.append((shape, contiguous_stride(shape), prototype, kind))
         self.binds = binds
 
@@ -451,10 +447,6 @@ class _Static(tuple):
         return self[0]
 
 
-def _empty_buffer(x):
-    return storages.zeros(0, to_jax(x.dtype), x.device.index)
-
-
 def _to_array(x, device):
     if isinstance(x, torch.Tensor):
         if x.device.type != "neuron":
@@ -469,7 +461,7 @@ def _from_array(value, device, host):
     if host:
         from ..runtime.dtypes import to_torch
         return transfer.host_tensor(np.asarray(value), to_torch(value.dtype))
-    return transfer.from_value(value, device)
+    return transfer.new_from_value(value, device)
 
 
 def _meta_values(x):

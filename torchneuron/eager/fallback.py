@@ -7,7 +7,6 @@ on CPU, counted per op and warned once, or refused with TORCHNEURON_FALLBACK=err
 from __future__ import annotations
 
 import collections
-import functools
 import threading
 import warnings
 
@@ -34,13 +33,8 @@ def fallback_stats() -> dict[str, int]:
     return dict(counts)
 
 
-@functools.cache
-def _schema(op):
-    return parse(op)
-
-
 def dispatch(op, *args, **kwargs):
-    schema = _schema(op)
+    schema = parse(op)
     if schema.view and not schema.mutates:
         return _alias_view(op, args, kwargs)
     decomposition = DECOMPOSITIONS.get(op)

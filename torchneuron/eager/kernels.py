@@ -8,38 +8,26 @@
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from ..lowering import LOWERINGS
-from . import driver, fallback, transfer
+from . import copies, driver, fallback
 from .dynamo_skip import skip_recursively
+from .execute import fill_outs
 from .schema import inplace_packets, parse
 
 aten = torch.ops.aten
 _lib = torch.library.Library("aten", "IMPL")
 _fallback_lib = torch.library.Library("_", "IMPL")
-_plans: dict = {}
 
 
 def _has_kernel(op, key: str) -> bool:
     return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key)
 
 
-@functools.cache
-def _schema(op):
-    return parse(op)
-
-
-def run_op(op, *args, **kwargs):
-    """Run `op` through the eager driver, bypassing the dispatcher."""
-    return driver.run(_schema(op), _plans.setdefault(op, {}), args, kwargs)
-
-
 def make_kernel(op):
-    schema = _schema(op)
-    plans = _plans.setdefault(op, {})
+    schema = parse(op)
+    plans = driver.plans_of(op)
     run = driver.run
 
     def kernel(*args, **kwargs):
@@ -67,7 +55,7 @@ def variants(functional) -> list:
 
 
 def _should_register(op) -> bool:
-    if _has_kernel(op, "PrivateUse1") or _schema(op).view:
+    if _has_kernel(op, "PrivateUse1") or parse(op).view:
         return False  # views stay metadata in eager mode; their lowerings serve graphs
     # A backend kernel would hide a CompositeImplicitAutograd op's decomposition from autograd.
     return not _has_kernel(op, "CompositeImplicitAutograd")
@@ -99,7 +87,7 @@ def _out_from_functional(op, functional):
     def kernel(*args, **kwargs):
         outs = [kwargs.pop(name) for name in out_names]
         results = functional(*args, **kwargs)
-        return driver.fill_outs(outs, results if isinstance(results, tuple) else (results,))
+        return fill_outs(outs, results if isinstance(results, tuple) else (results,))
     return kernel
 
 
@@ -129,9 +117,9 @@ def _as_scalar_list(target):
 
 def register_all() -> None:
     # Copies and .item() first: they cross the host/device boundary, not the driver.
-    _lib.impl(aten.copy_.default, transfer.copy_, "PrivateUse1")
-    _lib.impl(aten._copy_from.default, transfer.copy_from, "PrivateUse1")
-    _lib.impl(aten._local_scalar_dense.default, transfer.local_scalar_dense, "PrivateUse1")
+    _lib.impl(aten.copy_.default, copies.copy_, "PrivateUse1")
+    _lib.impl(aten._copy_from.default, copies.copy_from, "PrivateUse1")
+    _lib.impl(aten._local_scalar_dense.default, copies.local_scalar_dense, "PrivateUse1")
     _lib.impl(aten.equal.default, _equal, "PrivateUse1")
     _lib.impl(aten.polygamma_.default, _polygamma_, "PrivateUse1")
     for op, functional in OUT_FROM_FUNCTIONAL.items():
@@ -146,5 +134,5 @@ def register_all() -> None:
                 _lib.impl(op, make_kernel(op), "PrivateUse1")
                 REGISTERED.append(op)
     _fallback_lib.fallback(fallback.dispatch, dispatch_key="PrivateUse1")
-    skip_recursively(make_kernel(aten.add.Tensor), transfer.copy_, transfer.copy_from,
-                     transfer.local_scalar_dense, fallback.dispatch, run_op)
+    skip_recursively(make_kernel(aten.add.Tensor), copies.copy_, copies.copy_from,
+                     copies.local_scalar_dense, fallback.dispatch, driver.run_op)

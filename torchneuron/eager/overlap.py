@@ -5,7 +5,7 @@ written tensors itself and raises PyTorch's own errors.
 """
 from __future__ import annotations
 
-from .layout import Layout
+from ..runtime.layout import Layout
 
 INTERNAL = ("unsupported operation: more than one element of the written-to tensor refers to a single "
             "memory location. Please clone() the tensor before performing the operation.")

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 
@@ -36,7 +37,9 @@ class OpSchema:
         return bool(self.written)
 
 
+@functools.cache
 def parse(op: torch._ops.OpOverload) -> OpSchema:
+    """The schema facts the drivers need (cached: one parse per overload)."""
     s = op._schema
     args = s.arguments
     names = [a.name for a in args]

@@ -10,11 +10,10 @@ import enum
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import torch
 from torch._prims_common import elementwise_dtypes
 
-from ..runtime.dtypes import to_jax
+from ..runtime.dtypes import PYTHON_SCALAR_TYPES, to_jax
 from . import Lowering
 
 
@@ -39,7 +38,6 @@ def kind_of(arg: torch._C.Argument) -> Kind:
     return Kind.STATIC
 
 
-_SCALAR_ARRAY = {float: np.float64, int: np.int64, bool: np.bool_, complex: np.complex128}
 
 
 def compute_dtype(lowering: Lowering, names: list[str], args, kwargs):
@@ -112,7 +110,7 @@ def invoke(op, lowering: Lowering, args, kwargs, compute=None, key=None, layout_
 def _as_array(value):
     if isinstance(value, (list, tuple)):
         return [_as_array(v) for v in value]
-    convert = _SCALAR_ARRAY.get(type(value))
+    convert = PYTHON_SCALAR_TYPES.get(type(value))
     return jnp.asarray(convert(value)) if convert is not None else value
 
 

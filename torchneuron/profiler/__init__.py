@@ -14,23 +14,22 @@ from __future__ import annotations
 
 import torch
 
+from ..eager import driver
+
 PREFIX = "neuron::"
 COMPILE = PREFIX + "compile "
 
 
 def install() -> None:
-    from ..eager import driver
-    driver.profiling = torch._C._autograd._profiler_enabled
+    driver.set_op_hook(torch._C._autograd._profiler_enabled, profiled_run)
 
 
-def profiled_run(schema, plans, args, kwargs):
-    from ..eager import driver
-    desc = driver.describe(schema, args, kwargs)
-    new = driver.plan_key(schema, desc) not in plans
-    name = f"{COMPILE if new else PREFIX}{schema.op}"
-    with torch.profiler.record_function(name):
-        out = driver.run_plain(schema, plans, args, kwargs)
-        torch.neuron.synchronize()  # the range closes when the device is done
+def profiled_run(schema, plans, args, kwargs, run):
+    """One eager call inside its range; the range waits for the device before it closes."""
+    new = not driver.is_planned(schema, plans, args, kwargs)
+    with torch.profiler.record_function(f"{COMPILE if new else PREFIX}{schema.op}"):
+        out = run(schema, plans, args, kwargs)
+        torch.neuron.synchronize()
     return out
 
 

@@ -24,6 +24,8 @@ jax.config.update("jax_platforms", config.PLATFORM)
 jax.config.update("jax_cpu_enable_async_dispatch", config.ASYNC_DISPATCH)
 # Whether a call can return before its work is done: XLA:CPU runs inline unless told otherwise.
 ASYNCHRONOUS = config.PLATFORM != "cpu" or config.ASYNC_DISPATCH
+# Whether device buffers live in host memory (and may adopt host arrays handed to them).
+HOST_MEMORY = config.PLATFORM == "cpu"
 
 _devices: list | None = None
 

@@ -26,6 +26,10 @@ TORCH_TO_JAX = {
 }
 JAX_TO_TORCH = {np.dtype(v): k for k, v in TORCH_TO_JAX.items()}
 
+# Python numbers as numpy scalars of the dtype PyTorch gives them: they reach jitted code faster
+# than Python numbers, and never as JAX's weak types.
+PYTHON_SCALAR_TYPES = {float: np.float64, int: np.int64, bool: np.bool_, complex: np.complex128}
+
 # CPU's acc_type where it is wider than the computation dtype (at::acc_type<T, false>): some CPU
 # kernels (scans, the zeta series) accumulate in it, and matching them needs the same width.
 CPU_ACC_TYPE = {np.dtype(jnp.float32): jnp.float64, np.dtype(jnp.complex64): jnp.complex128}

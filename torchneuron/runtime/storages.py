@@ -1,10 +1,18 @@
 """Storages: one flat device buffer (a 1-D jax.Array) per PyTorch storage.
 
-A storage's data pointer is an opaque handle from the C++ allocator; this table maps it to
-the buffer. The buffer keeps the dtype that last wrote it; a read with another dtype
-bitcasts. `torch.empty` leaves a storage unmaterialised until its first write.
-Frees and growths arrive from the C++ core as an ordered event queue, drained here at safe
-points (before a buffer is bound, on synchronize and on memory queries).
+A storage's data pointer is an opaque handle from the C++ allocator; the table here maps it to
+the buffer, and this module is the only place that touches the table. Drivers (eager, compile,
+distributed) use its small interface:
+
+    lookup(handle)                 the buffer, or None while the storage was never written
+    buffer_of(tensor)              the buffer, materialised as zeros if never written
+    bind(handle, buffer)           a storage's new buffer (after a write)
+    new_tensor(prototype, ...)     a fresh tensor whose storage holds a given buffer
+
+The buffer keeps the dtype that last wrote it; a read with another dtype bitcasts.
+`torch.empty` leaves a storage unmaterialised until its first write. Frees and growths arrive
+from the C++ core as an ordered event queue, drained here at safe points (before a buffer is
+bound, on synchronize and on memory queries).
 """
 from __future__ import annotations
 
@@ -15,11 +23,16 @@ import threading
 import jax
 import jax.numpy as jnp
 import numpy as np
+import torch
 
 from . import devices
 from .core import EVENT_FREE, EVENT_GROW, StorageEvent, lib, pending, urgent
+from .dtypes import to_jax
 
-buffers: dict[int, jax.Array] = {}
+_buffers: dict[int, jax.Array] = {}
+# Bound methods of the one table (never rebound): the per-op paths call them without a lookup.
+lookup = _buffers.get
+bind = _buffers.__setitem__
 # The latest results, kept so that synchronize() also waits for work whose tensors already died.
 # Only where a call can return before its work is done: inline XLA:CPU has finished it, and there
 # buffers that die young also free faster (about half a microsecond per small op).
@@ -44,18 +57,56 @@ def drain() -> None:
     if not pending.value:
         return
     with _drain_lock:
-        pop = buffers.pop
+        pop = _buffers.pop
         while n := lib.tn_take_events(_EVENTS, len(_EVENTS)):
             for kind, handle, new_handle, device, nbytes, new_nbytes in _EVENT_ROWS[:n].tolist():
                 if kind == EVENT_FREE:
                     pop(handle, None)
                 elif kind == EVENT_GROW:
-                    old = buffers.get(handle)
+                    old = _buffers.get(handle)
                     if old is not None:
                         itemsize = old.dtype.itemsize
-                        buffers[new_handle] = fit(old[: nbytes // itemsize], old.dtype,
+                        _buffers[new_handle] = fit(old[: nbytes // itemsize], old.dtype,
                                                   new_nbytes // itemsize, device)
             lib.tn_release_taken()
+
+
+def buffer_of(t: torch.Tensor) -> jax.Array:
+    """The buffer of neuron tensor `t`'s storage; a storage never written is bound to zeros
+    first (a storage without a handle, of no bytes, gets an empty buffer of its own)."""
+    handle = t.untyped_storage().data_ptr()
+    buf = _buffers.get(handle)
+    if buf is None:
+        dtype = to_jax(t.dtype)
+        buf = fit(None, dtype, t.untyped_storage().nbytes() // np.dtype(dtype).itemsize, t.device.index)
+        if handle:
+            _buffers[handle] = buf
+    return buf
+
+
+def new_tensor(prototype: torch.Tensor, shape, stride, buf: jax.Array) -> torch.Tensor:
+    """A fresh tensor of `prototype`'s dtype and device (an empty tensor: cheap to copy from)
+    whose storage holds `buf`, laid out densely as (shape, stride)."""
+    t = prototype.new_empty_strided(shape, stride)
+    if buf.shape[0]:  # a fresh tensor starts at offset 0: its data pointer is its storage's
+        _buffers[t.data_ptr()] = buf
+    return t
+
+
+def keep_recent(outputs) -> None:
+    """Remember a call's outputs for synchronize() (only where calls return before their work
+    is done, KEEP_RECENT)."""
+    recent.append(outputs)
+
+
+def recent_outputs() -> list[jax.Array]:
+    """The kept outputs of recent calls that no later call donated."""
+    return [a for outputs in list(recent) for a in outputs if not a.is_deleted()]
+
+
+def live_buffers() -> list[jax.Array]:
+    """Every storage's buffer (synchronize waits for them)."""
+    return list(_buffers.values())
 
 
 def bitcast(array: jax.Array, dtype) -> jax.Array:

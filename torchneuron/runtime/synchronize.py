@@ -15,11 +15,11 @@ def synchronize(device: int | None = None) -> None:
     """Block until every buffer of `device` (all devices if None) is computed."""
     storages.drain()
     wanted = None if device is None else devices.jax_device(device)
-    for buf in list(storages.buffers.values()):
+    for buf in storages.live_buffers():
         if wanted is None or wanted in buf.devices():
             buf.block_until_ready()
     # Results whose tensors already died; a later in-place op may have donated some of them.
-    jax.block_until_ready([a for outputs in list(storages.recent) for a in outputs if not a.is_deleted()])
+    jax.block_until_ready(storages.recent_outputs())
 
 
 def _on_sync(device: int) -> None:

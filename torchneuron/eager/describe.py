@@ -1,0 +1,167 @@
+"""Describing one call: its tensors, traced scalars, storages, and the key of its plan.
+
+A plan is found by a key made of the call's device, each tensor's layout, dtype and storage
+sharing (which earlier tensor shares its storage: aliasing, never addresses) and the static
+arguments. `tensor_key` and `plan_key` are the one place that key is built; the driver's
+one-pass path and `describe` both use them, so both find the same plans.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..lowering import LOWERINGS
+from ..runtime import storages
+from .schema import Kind, OpSchema
+
+NEURON = "privateuseone"
+NO_DEVICE = -2  # (get_device() says -1 for CPU tensors)
+
+
+class CallDescription:
+    """The tensors and traced scalars of one call, its cache key, and the buffers it reads:
+    one per distinct storage, in order of first use (a storage without a handle is its own)."""
+
+    __slots__ = ("buffers", "handles", "index", "key", "math_bits", "missing", "scalars", "sharing",
+                 "tensors")
+
+    def __init__(self, math_bits: bool):
+        self.key = []
+        self.tensors = []
+        self.scalars = []
+        self.index = NO_DEVICE  # the neuron device's index, once a neuron tensor is seen
+        self.handles = []
+        self.buffers = []
+        self.missing = False  # a storage never written: its buffer is materialised on use
+        self.sharing = {}  # storage handle -> first tensor using it: aliasing, not addresses, keys a plan
+        self.math_bits = math_bits  # whether the op can receive conj/neg-bit views at all
+
+    @property
+    def device(self) -> torch.device | None:
+        return None if self.index == NO_DEVICE else torch.device(NEURON, self.index)
+
+
+def tensor_key(t: torch.Tensor, first: int, math_bits: bool) -> tuple:
+    """A tensor's part of a plan key: layout, dtype, the first tensor of the call sharing its
+    storage, and (for ops that receive them) its conj and neg bits."""
+    if math_bits:
+        return (t.shape, t.stride(), t.storage_offset(), t.dtype, first, t.is_conj(), t.is_neg())
+    return (t.shape, t.stride(), t.storage_offset(), t.dtype, first, False, False)
+
+
+def plan_key(schema: OpSchema, entries: list, index: int, scalars=()) -> tuple:
+    """The plan key from the tensors' and static arguments' entries and the device index. Buffer
+    dtypes and sizes are left out: they change no plan decision, and the plan's jit retraces for
+    new buffer types itself."""
+    key = (*entries, index)  # a plan allocates its results on one device
+    if scalars:
+        lowering = LOWERINGS.get(schema.functional)
+        if lowering is not None and lowering.static_scalars:
+            key += tuple(scalars)  # the scalars shape the result: one plan per value
+    return key
+
+
+def key_of(schema: OpSchema, desc: CallDescription) -> tuple:
+    return plan_key(schema, desc.key, desc.index, desc.scalars)
+
+
+def _device_error(op, a: torch.device, b: torch.device) -> RuntimeError:
+    return RuntimeError(
+        f"Expected all tensors to be on the same device, but found at least two devices, {a} and {b}! "
+        f"(when checking argument for {op})")
+
+
+def _first_or_foreign(desc: CallDescription, t: torch.Tensor, index: int, op) -> bool:
+    """A tensor on another device than the call's so far: the call's first neuron tensor (True),
+    a 0-dim CPU tensor taking part as a scalar (False), or a device mix (raises)."""
+    if index < 0:
+        dev = t.device
+        if t.dim() == 0 and dev.type == "cpu":
+            # PyTorch lets 0-dim CPU tensors take part as scalars in device ops.
+            desc.key.append(("cpu", t.dtype))
+            desc.scalars.append(t.item())
+            return False
+        if desc.index != NO_DEVICE:
+            raise _device_error(op, desc.device, dev)
+        raise _device_error(op, dev, torch.device(NEURON, torch.neuron.current_device()))
+    if desc.index != NO_DEVICE:
+        raise _device_error(op, desc.device, t.device)
+    desc.index = index
+    return True
+
+
+def _add_tensor(desc: CallDescription, t: torch.Tensor, op) -> None:
+    index = t.get_device()  # an int: cheaper to read and compare than a torch.device
+    if index != desc.index and not _first_or_foreign(desc, t, index, op):
+        return
+    handle = t.untyped_storage().data_ptr()  # one call, where data_ptr needs offset and item size
+    tensors = desc.tensors
+    i = len(tensors)
+    tensors.append(t)
+    desc.handles.append(handle)
+    first = desc.sharing.setdefault(handle, i) if handle else i
+    if first == i:
+        buf = storages.lookup(handle) if handle else None
+        if buf is None:
+            desc.missing = True
+        desc.buffers.append(buf)
+    # Conj and neg bits: PyTorch's math-bit fallbacks pass some ops (copy_, clone, mm...) such
+    # views as they are, and expect the kernel to read and write the values they mean. Other ops
+    # only ever see resolved tensors.
+    desc.key.append(tensor_key(t, first, desc.math_bits))
+
+
+def describe(schema: OpSchema, args, kwargs) -> CallDescription:
+    desc = CallDescription(schema.math_bits)
+    op = schema.op
+    for kind, value in zip(schema.kinds, args):
+        if kind is Kind.TENSOR and isinstance(value, torch.Tensor):
+            _add_tensor(desc, value, op)  # the common case, without the kind dispatch
+        else:
+            _describe_one(desc, kind, value, op)
+    if kwargs:
+        key = desc.key
+        for name, value in kwargs.items():
+            key.append(name)
+            _describe_one(desc, schema.kind_by_name[name], value, op)
+    return desc
+
+
+def _describe_one(desc, kind, value, op) -> None:
+    if kind is Kind.TENSOR:
+        if isinstance(value, torch.Tensor):
+            _add_tensor(desc, value, op)
+        else:
+            desc.key.append(value if value is None else ("py", type(value)))
+            if value is not None:
+                desc.scalars.append(value)
+    elif kind is Kind.TENSORS:
+        desc.key.append(len(value))
+        for v in value:
+            if v is None:
+                desc.key.append(None)
+            else:
+                _add_tensor(desc, v, op)
+    elif kind is Kind.SCALAR:
+        if value is None:
+            desc.key.append(None)
+        elif isinstance(value, torch.Tensor):
+            _add_tensor(desc, value, op)
+        else:
+            desc.key.append(type(value))
+            desc.scalars.append(value)
+    elif kind is Kind.SCALARS:
+        desc.key.append(tuple(type(v) for v in value))
+        desc.scalars.extend(value)
+    else:
+        desc.key.append(value if not isinstance(value, list) else tuple(value))
+
+
+def buffers_of(desc: CallDescription) -> list:
+    """The call's buffers, one per storage, with storages never written materialised as zeros."""
+    buffers = desc.buffers
+    if desc.missing:
+        firsts = [i for i, h in enumerate(desc.handles) if not h or desc.sharing[h] == i]
+        for k, i in enumerate(firsts):
+            if buffers[k] is None:
+                buffers[k] = storages.buffer_of(desc.tensors[i])
+    return buffers

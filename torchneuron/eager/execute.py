@@ -1,0 +1,195 @@
+"""Executing a plan: one jit-compiled call that reads every input from its storage's buffer,
+computes with the lowering, writes the written storages' new buffers and makes the fresh
+outputs' tensors.
+
+`PlanExecution` is the executing half of `plan.Plan`; the plan's building half decides
+everything this half reads (template, writes, fresh outputs, groups, layouts).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..lowering import calling
+from ..random import next_seed_and_offset
+from ..runtime import storages, transfer
+from ..runtime.dtypes import PYTHON_SCALAR_TYPES, to_jax
+from ..runtime.layout import apply_math_bits, flatten, read, write
+from .describe import CallDescription, buffers_of
+
+_KEEP_RECENT = storages.KEEP_RECENT  # (read per op: a global, not an attribute)
+_bind = storages.bind
+_lookup_scalar_type = PYTHON_SCALAR_TYPES.get
+
+
+class Slot:
+    """A placeholder in the argument template: the n-th tensor or scalar of the call."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index):
+        self.index = index
+
+
+class PlanExecution:
+    """The executing half of a plan (see plan.Plan for the attributes it reads)."""
+
+    def _call_lowering(self, values, scalars, rng):
+        def fill(node):
+            if isinstance(node, Slot):
+                if node.index >= 0:
+                    return values[node.index]
+                if self.static_scalars is not None:
+                    return self.static_scalars[-node.index - 1]
+                return scalars[-node.index - 1]
+            if isinstance(node, list):
+                return [fill(n) for n in node]
+            return node
+
+        call_args = [fill(node) for node in self.template_args]
+        call_kwargs = {k: fill(node) for k, node in self.template_kwargs.items()}
+        key = jax.random.fold_in(jax.random.key(rng[0]), rng[1]) if self.lowering.random else None
+        return calling.invoke(self.schema.functional, self.lowering, call_args, call_kwargs,
+                              self.compute_dtype, key, self.layout_flags)
+
+    def _body(self, *flat):
+        n_w, n_o = len(self.written_groups), len(self.read_groups)
+        written, others = flat[:n_w], flat[n_w:n_w + n_o]
+        scalars = flat[n_w + n_o:]
+        rng = None
+        if self.lowering.random:
+            scalars, rng = scalars[:-2], scalars[-2:]
+        buffers = [None] * (len(written) + len(others))
+        for g, b in zip(self.written_groups, written):
+            buffers[g] = b
+        for g, b in zip(self.read_groups, others):
+            buffers[g] = b
+        values = self._read_all(buffers)
+        scalars = [jnp.asarray(s) for s in scalars]
+        results = self._call_lowering(values, scalars, rng)
+        new = {}
+        for ti, path in self.writes:
+            g = self.groups[ti]
+            buf = new.get(g, buffers[g])
+            buf = storages.bitcast(buf, to_jax(self.dtypes[ti]))
+            # storing x through a conj (neg) view stores conj(x) (-x): the bits are self-inverse
+            new[g] = write(buf, self.layouts[ti], apply_math_bits(_at(results, path), self.bits[ti]))
+        # An empty result takes no values: its meta layout may be empty where the lowering's is
+        # not (eval batch norm's saved statistics).
+        fresh = [jnp.zeros((0,), to_jax(dt)) if lay.numel == 0 else
+                 flatten(jnp.broadcast_to(_at(results, path), lay.shape).astype(to_jax(dt)), lay)
+                 for path, lay, dt in self.fresh]
+        return (*[new[g] for g in self.written_groups], *fresh)  # flat: the fastest jit outputs
+
+    def __call__(self, args, kwargs, desc: CallDescription):
+        buffers = buffers_of(desc) if desc.missing else desc.buffers
+        rng = _next_rng(self.device, args, kwargs, self.schema) if self.random else None
+        if self.jitted is None:
+            return self._run_data_dependent(args, kwargs, desc, buffers, rng)
+        flat = list(buffers) if self.in_order else [buffers[g] for g in self.arg_groups]
+        if desc.scalars:
+            flat += [_lookup_scalar_type(type(v), np.asarray)(v) for v in desc.scalars]
+        if rng is not None:
+            flat += [np.uint64(rng[0]), np.uint64(rng[1])]
+        outputs = self.jitted(*flat)
+        if _KEEP_RECENT:
+            storages.keep_recent(outputs)
+        n_written = self.n_written
+        if n_written:
+            handles = desc.handles
+            for ti, buf in zip(self.written_tensor, outputs[:n_written]):
+                if handles[ti]:
+                    _bind(handles[ti], buf)
+        if self.single_fresh:
+            return self._single_result(outputs[n_written])
+        return self._results(args, kwargs, outputs[n_written:])
+
+    def _execute_simple(self, args, kwargs, desc: CallDescription):
+        flat = buffers_of(desc) if desc.missing else desc.buffers
+        if desc.scalars:
+            flat = [*flat, *[_lookup_scalar_type(type(v), np.asarray)(v) for v in desc.scalars]]
+        return self.run_buffers(flat)
+
+    def run_buffers(self, flat):
+        """A simple plan's call on its argument buffers: one fresh result."""
+        outputs = self.jitted(*flat)
+        if _KEEP_RECENT:
+            storages.keep_recent(outputs)
+        return self._single_result(outputs[0])
+
+    def _single_result(self, buf):
+        shape, stride, prototype, nonempty = self.single_fresh
+        t = prototype.new_empty_strided(shape, stride)  # dtype and device from an empty prototype
+        if nonempty:  # a fresh tensor starts at offset 0: its data pointer is its storage's
+            _bind(t.data_ptr(), buf)
+        return t
+
+    def _results(self, args, kwargs, fresh_buffers):
+        made = [(path, storages.new_tensor(prototype, lay.shape, lay.stride, buf))
+                for (path, lay, _), prototype, buf in zip(self.fresh, self.fresh_prototypes, fresh_buffers)]
+        return self._assemble(args, kwargs, made)
+
+    def _assemble(self, args, kwargs, made):
+        schema = self.schema
+        returns = schema.op._schema.returns
+        if not returns:
+            return None
+        by_return: dict[int, object] = {}
+        for path, t in made:
+            if len(path) == 2:
+                by_return.setdefault(path[0], []).append(t)
+            else:
+                by_return[path[0]] = t
+        out = []
+        fresh_index = 0
+        for r, alias in enumerate(schema.return_aliases):
+            if alias is not None:
+                name = schema.names[alias]
+                out.append(args[alias] if alias < len(args) else kwargs[name])
+            else:
+                listy = str(returns[r].type).startswith("List")
+                out.append(by_return.get(fresh_index, [] if listy else None))
+                fresh_index += 1
+        return out[0] if len(returns) == 1 else tuple(out)
+
+    def _read_all(self, buffers):
+        """Every tensor argument's values: its layout read from its buffer, math bits applied."""
+        return [apply_math_bits(read(storages.bitcast(buffers[g], to_jax(dt)), lay), bits)
+                for g, dt, lay, bits in zip(self.groups, self.dtypes, self.layouts, self.bits)]
+
+    def _run_data_dependent(self, args, kwargs, desc, buffers, rng):
+        values = self._read_all(buffers)
+        results = self._call_lowering(values, [jnp.asarray(s) for s in desc.scalars], rng)
+        made = []
+        for r, res in enumerate(results):
+            made.append(((r,), transfer.new_from_value(jnp.asarray(res), self.device)))
+        if self.schema.out_args:  # out= of a data-dependent op: resize the outs, then copy in
+            names = self.schema.names
+            outs = [args[i] if i < len(args) else kwargs[names[i]] for i in self.schema.out_args]
+            return fill_outs(outs, [t for _, t in made])
+        return self._assemble(args, kwargs, made)
+
+
+def fill_outs(outs, results):
+    """out= after the fact: each out resized to its result's shape (PyTorch's resize_output), then
+    filled by a copy; returns the outs as the op returns them."""
+    for out, result in zip(outs, results):
+        if out.shape != result.shape:
+            out.resize_(result.shape)
+        out.copy_(result)
+    return tuple(outs) if len(outs) > 1 else outs[0]
+
+
+def _at(results, path):
+    v = results[path[0]]
+    return v[path[1]] if len(path) == 2 else v
+
+
+def _next_rng(device, args, kwargs, schema):
+    gen = kwargs.get("generator")
+    if gen is None and "generator" in schema.names:
+        i = schema.names.index("generator")
+        gen = args[i] if i < len(args) else None
+    return next_seed_and_offset(device, gen)
+

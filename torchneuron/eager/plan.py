@@ -1,0 +1,285 @@
+"""Building a plan: what one call signature of an op does, decided once.
+
+Building runs the op's meta kernel on meta tensors that share storages the way the real
+arguments do: that yields PyTorch's own errors, result layouts and out= resizes. From it the
+plan knows which storages it writes, which fresh outputs it makes, the lowering's argument
+template and the jit-compiled body that `execute.PlanExecution` calls.
+"""
+from __future__ import annotations
+
+import jax
+import torch
+
+from ..lowering import LOWERINGS, Lowering, calling
+from ..runtime.layout import Layout
+from . import overlap
+from .describe import CallDescription
+from .execute import PlanExecution, Slot
+from .meta_overrides import META_OVERRIDES
+from .schema import Kind, OpSchema
+
+
+def _group_of(desc: CallDescription) -> list[int]:
+    handles = desc.handles
+    order: dict[int, int] = {}
+    groups = []
+    for i, h in enumerate(handles):
+        if h == 0:
+            groups.append(len(order) + 1000000 + i)
+            continue
+        groups.append(order.setdefault(h, len(order)))
+    # renumber so groups index the buffer list
+    remap = {g: i for i, g in enumerate(dict.fromkeys(groups))}
+    return [remap[g] for g in groups]
+
+
+class Plan(PlanExecution):
+    """What one call signature of an op does; built once, executed for every such call."""
+
+    def __init__(self, schema: OpSchema, args, kwargs, desc: CallDescription, buffers):
+        self.schema = schema
+        self.op = schema.op
+        self.resize = []
+        functional = schema.functional
+        lowering = LOWERINGS.get(functional) if functional is not None else None
+        if lowering is None:
+            raise NotImplementedError(f"neuron has no lowering for {self.op}")
+        self.lowering: Lowering = lowering
+        self.groups = _group_of(desc)
+        tensors = desc.tensors
+        self.device = desc.device if desc.device is not None else _factory_device(kwargs)
+        self.layouts = [Layout(tuple(t.shape), tuple(t.stride()), t.storage_offset()) for t in tensors]
+        self._arg_slots = _slots_per_arg(
+            list(enumerate(args)) + [(schema.names.index(k), v) for k, v in kwargs.items()])
+        self.dtypes = [t.dtype for t in tensors]
+        self.bits = [(t.is_conj(), t.is_neg()) for t in tensors]
+        self.static_scalars = list(desc.scalars) if lowering.static_scalars else None
+
+        meta_args, meta_kwargs, meta_tensors = self._meta_call(args, kwargs, buffers)
+        self.template_args, self.template_kwargs = self._template(args, kwargs)
+        if lowering.data_dependent:
+            self.meta_out = None
+        else:
+            self.meta_out = self._run_meta(meta_args, meta_kwargs)
+        # A meta kernel that cannot tell the output shape (x[mask]) makes this call data dependent.
+        self.data_dependent = lowering.data_dependent or (self.meta_out is None and not schema.written)
+
+        # out= tensors whose size the op changes are resized first (PyTorch's resize_output).
+        for i, mt in enumerate(meta_tensors):
+            if mt is not None and (tuple(mt.shape) != self.layouts[i].shape
+                                   or tuple(mt.stride()) != self.layouts[i].stride):
+                self.resize.append((i, tuple(mt.shape), tuple(mt.stride())))
+        if self.resize:
+            return
+
+        self.writes = self._writes()  # [(tensor index, functional return path)]
+        overlap.check(self.layouts, self.groups, {ti for ti, _ in self.writes},
+                      [d.itemsize for d in self.dtypes])
+        self.fresh = self._fresh()  # [(functional return path, Layout, dtype)]
+        # empty tensors of each fresh output's dtype and device: new tensors are made from them
+        self.fresh_prototypes = [torch.empty(0, dtype=dt, device=self.device) for _, _, dt in self.fresh]
+        self.compute_dtype = self._compute_dtype(meta_args, meta_kwargs)
+        # Layouts are part of the plan key, so flags derived from them are fixed per plan.
+        self.layout_flags = calling.static_flags(functional, lowering, meta_args, meta_kwargs, self.meta_out)
+        self.written_groups = sorted({self.groups[ti] for ti, _ in self.writes})
+        self.read_groups = [g for g in range(len(buffers)) if g not in set(self.written_groups)]
+        # For each written group, the position of one of its tensors (to find its handle per call).
+        self.written_tensor = [self.groups.index(g) for g in self.written_groups]
+        # Flat positional arguments: JAX dispatches them several microseconds faster than pytrees.
+        n_written = len(self.written_groups)
+        self.n_written = n_written
+        self.arg_groups = self.written_groups + self.read_groups
+        # The common call returns one fresh tensor: hand it back without assembling returns.
+        single = (len(schema.return_aliases) == 1 and schema.return_aliases[0] is None
+                  and [path for path, _, _ in self.fresh] == [(0,)])
+        lay = self.fresh[0][1] if single else None
+        self.single_fresh = (lay.shape, lay.stride, self.fresh_prototypes[0], lay.numel > 0) if single else None
+        self.in_order = self.arg_groups == list(range(len(buffers)))
+        self.random = lowering.random
+        self.jitted = None if self.data_dependent else jax.jit(
+            self._body, donate_argnums=tuple(range(n_written)))
+        # The common call (nothing written, one fresh result, buffers in argument order) takes a
+        # shorter path: eager speed is decided by these few microseconds.
+        simple = (self.single_fresh is not None and not n_written and not self.random
+                  and self.in_order and self.jitted is not None)
+        self.simple = simple
+        self.execute = self._execute_simple if simple else self.__call__
+
+    # ------------------------------------------------------------ building
+    def _meta_call(self, args, kwargs, buffers):
+        """Args and kwargs with neuron tensors replaced by meta tensors sharing meta storages
+        the way the real ones share storages."""
+        metas = {}
+        for g, buf in enumerate(buffers):
+            metas[g] = torch.empty(buf.shape[0] * buf.dtype.itemsize, dtype=torch.uint8, device="meta")
+        meta_tensors = [None] * len(self.layouts)
+        counter = iter(range(len(self.layouts)))
+        written_ids = set()
+        for i in self.schema.written:
+            v = args[i] if i < len(args) else kwargs.get(self.schema.names[i])
+            for t in (v if isinstance(v, (list, tuple)) else [v]):
+                if isinstance(t, torch.Tensor):
+                    written_ids.add(id(t))
+
+        def convert(value):
+            if isinstance(value, torch.Tensor):
+                if value.device.type != "neuron":
+                    return value
+                i = next(counter)
+                lay = self.layouts[i]
+                m = torch.empty(0, dtype=self.dtypes[i], device="meta").set_(
+                    metas[self.groups[i]].untyped_storage(), lay.offset, lay.shape, lay.stride)
+                if id(value) in written_ids and self.schema.out_args:
+                    meta_tensors[i] = m
+                return m
+            if isinstance(value, torch.device) and value.type == "neuron":
+                return torch.device("meta")  # a factory's meta call must not dispatch to neuron again
+            if isinstance(value, (list, tuple)):
+                return type(value)(convert(v) for v in value)
+            return value
+
+        margs = [convert(a) for a in args]
+        mkwargs = {k: convert(v) for k, v in kwargs.items()}
+        return margs, mkwargs, meta_tensors
+
+    def _run_meta(self, margs, mkwargs):
+        missing = (NotImplementedError, torch._subclasses.fake_tensor.UnsupportedOperatorException)
+        functional = self.schema.functional
+        try:
+            if self.op not in META_OVERRIDES and self.schema.out_args and functional in META_OVERRIDES:
+                return self._run_meta_out(margs, mkwargs, META_OVERRIDES[functional])
+            return META_OVERRIDES.get(self.op, self.op)(*margs, **mkwargs)
+        except missing:
+            if not self.schema.out_args or functional is None:
+                return None
+        try:  # an out= overload without a meta kernel: its functional's (histogram.bin_ct_out)
+            return self._run_meta_out(margs, mkwargs, functional)
+        except missing:
+            return None
+
+    def _run_meta_out(self, margs, mkwargs, functional_meta):
+        """An out= overload whose functional has an override (or the only meta kernel): its results
+        resize the out tensors as PyTorch's resize_output does."""
+        names = self.schema.names
+        out_names = {names[i] for i in self.schema.out_args}
+        fargs = [a for i, a in enumerate(margs) if i not in self.schema.out_args]
+        fkwargs = {k: v for k, v in mkwargs.items() if k not in out_names}
+        results = functional_meta(*fargs, **fkwargs)
+        results = results if isinstance(results, tuple) else (results,)
+        outs = [margs[i] if i < len(margs) else mkwargs[names[i]] for i in self.schema.out_args]
+        for out, result in zip(outs, results):
+            if out.shape != result.shape:  # resized as the CPU kernel does: the result's layout
+                out.resize_(result.shape).as_strided_(result.shape, result.stride())
+        return tuple(outs) if len(outs) > 1 else outs[0]
+
+    def _template(self, args, kwargs):
+        counters = {"t": 0, "s": 0}
+
+        def slot(kind, value):
+            if kind is Kind.TENSORS:
+                return [slot(Kind.TENSOR, v) for v in value]
+            if kind is Kind.SCALARS:
+                return [slot(Kind.SCALAR, v) for v in value]
+            if kind in (Kind.TENSOR, Kind.SCALAR):
+                if value is None:
+                    return None
+                if isinstance(value, torch.Tensor) and value.device.type == "neuron":
+                    counters["t"] += 1
+                    return Slot(counters["t"] - 1)
+                counters["s"] += 1  # a traced scalar (or a 0-dim CPU tensor taking part as one)
+                return Slot(-counters["s"])
+            return value
+
+        names = self.schema.names
+        written = set(self.schema.out_args)
+        targs = [slot(self.schema.kinds[i], a) for i, a in enumerate(args)]
+        tkwargs = {}
+        for k, v in kwargs.items():
+            s = slot(self.schema.kind_by_name[k], v)
+            if names.index(k) not in written:
+                tkwargs[k] = s
+        targs = [a for i, a in enumerate(targs) if i not in written]
+        return targs, tkwargs
+
+    def _writes(self):
+        schema = self.schema
+        writes = []
+        if schema.out_args:
+            for ret, i in enumerate(schema.out_args):
+                writes += [(ti, (ret,)) for ti in self._arg_slots[i]]
+        elif schema.written and schema.functional is not schema.op:
+            name = schema.op._schema.name
+            if name.endswith("_") and schema.written == [0]:
+                slots = self._arg_slots[0]
+                listy = schema.kinds[0] is Kind.TENSORS
+                writes += [(ti, (0, j) if listy else (0,)) for j, ti in enumerate(slots)]
+            else:  # _functional variant: fresh returns first, then the written args' new values
+                n_fresh = len([a for a in schema.return_aliases if a is None])
+                for k, i in enumerate(schema.written):
+                    writes += [(ti, (n_fresh + k,)) for ti in self._arg_slots[i]]
+        return writes
+
+    def _fresh(self):
+        schema = self.schema
+        fresh = []
+        if self.data_dependent:
+            return fresh
+        outs = self.meta_out
+        if not isinstance(outs, (tuple, list)) or len(schema.op._schema.returns) == 1:
+            outs = (outs,)
+        for r, alias in enumerate(schema.return_aliases):
+            if alias is not None:
+                continue
+            out = outs[r]
+            if isinstance(out, (list, tuple)):
+                for j, o in enumerate(out):
+                    fresh.append(((r, j), Layout(tuple(o.shape), tuple(o.stride()), 0), o.dtype))
+            elif isinstance(out, torch.Tensor):
+                fresh.append(((r,), Layout(tuple(out.shape), tuple(out.stride()), 0), out.dtype))
+            elif out is None and self.meta_out is None:
+                raise NotImplementedError(f"neuron: no meta kernel for {self.op}")
+            # else: an output the op leaves undefined (a backward's masked-out gradient): None
+        return fresh
+
+    def _compute_dtype(self, margs, mkwargs):
+        return calling.compute_dtype(self.lowering, self.schema.names, margs, mkwargs)
+
+    def apply_resizes(self, args, kwargs):
+        flat = [t for t in _flat_tensors(args, kwargs) if t.device.type == "neuron"]
+        for i, shape, stride in self.resize:
+            t = flat[i]
+            t.resize_(shape)
+            if t.stride() != stride:
+                t.as_strided_(shape, stride)
+
+
+def _slots_per_arg(indexed_args) -> dict[int, list[int]]:
+    """For each schema argument index, the indices of its neuron tensors among the call's tensors."""
+    slots = {}
+    counter = 0
+    for i, value in indexed_args:
+        mine = []
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(v, torch.Tensor) and v.device.type == "neuron":
+                mine.append(counter)
+                counter += 1
+        slots[i] = mine
+    return slots
+
+
+def _flat_tensors(args, kwargs):
+    for v in list(args) + list(kwargs.values()):
+        if isinstance(v, torch.Tensor):
+            yield v
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                if isinstance(x, torch.Tensor):
+                    yield x
+
+
+def _factory_device(kwargs) -> torch.device:
+    dev = kwargs.get("device")
+    if dev is None:
+        return torch.device("neuron", torch.neuron.current_device())
+    dev = torch.device(dev)
+    return dev if dev.index is not None else torch.device("neuron", torch.neuron.current_device())
