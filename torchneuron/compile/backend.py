@@ -13,7 +13,6 @@ import collections
 import logging
 import math
 import operator
-import os
 import threading
 
 import jax
@@ -23,6 +22,7 @@ import torch.fx
 from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
 
+from .. import config
 from .. import random as neuron_random
 from ..eager import transfer
 from ..eager.layout import Layout, contiguous_stride, read, write
@@ -36,11 +36,11 @@ _stats = collections.Counter()
 _reasons: list[str] = []
 _lock = threading.Lock()
 
-if os.environ.get("TORCHNEURON_CACHE_DIR"):
-    jax.config.update("jax_compilation_cache_dir", os.environ["TORCHNEURON_CACHE_DIR"])
+if config.CACHE_DIR:
+    jax.config.update("jax_compilation_cache_dir", config.CACHE_DIR)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-_LOG_RECOMPILES = "recompiles" in os.environ.get("TORCHNEURON_LOG", "")
+_LOG_RECOMPILES = "recompiles" in config.LOG
 
 
 def compile_stats() -> dict:
