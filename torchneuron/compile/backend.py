@@ -23,11 +23,10 @@ from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
 
 from .. import config
-from .. import random as neuron_random
 from ..eager import transfer
 from ..eager.layout import Layout, contiguous_stride, read, write
 from ..lowering import LOWERINGS, calling
-from ..runtime import storages
+from ..runtime import generators, storages
 from ..runtime.dtypes import to_jax, to_torch
 from . import buckets
 
@@ -251,7 +250,7 @@ class CompiledGraph:
                 arrays[index] = sizes[symbol]  # the graph's shapes are the bucket's
         rng = None
         if self.random_nodes:
-            seed, offset = neuron_random.next_seed_and_offset(device, None)
+            seed, offset = generators.next_seed_and_offset(device, None)
             rng = (np.uint64(seed), np.uint64(offset))
         self.array_mask = tuple(hasattr(a, "shape") for a in arrays)
         statics = tuple(a for a in arrays if not hasattr(a, "shape"))
@@ -318,7 +317,7 @@ class CompiledGraph:
         device = torch.device("neuron", index if index >= 0 else torch.neuron.current_device())
         rng = None
         if self.random_nodes:
-            seed, offset = neuron_random.next_seed_and_offset(device, None)
+            seed, offset = generators.next_seed_and_offset(device, None)
             rng = (np.uint64(seed), np.uint64(offset))
         compiles = _stats["compiles"]
         host_arrays = {name: transfer.cpu_numpy(torch.cat([t.detach().reshape(-1) for t in same]))

@@ -722,7 +722,7 @@ def _factory_device(kwargs) -> torch.device:
 
 
 def _next_rng(device, args, kwargs, schema):
-    from ..random import next_seed_and_offset
+    from ..runtime.generators import next_seed_and_offset
     gen = kwargs.get("generator")
     if gen is None and "generator" in schema.names:
         i = schema.names.index("generator")
