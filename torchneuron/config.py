@@ -11,6 +11,12 @@ ENVIRONMENT = {
     "TORCHNEURON_ASYNC_DISPATCH": "'1' queues XLA:CPU work on a worker thread; default '0' runs it inline",
     "TORCHNEURON_AUTOGRAD_THREADS": "'1' keeps PyTorch's per-device backward threads; default '0' runs "
                                     "backward on the thread that calls it",
+    "TORCHNEURON_CACHE_DIR": "directory of JAX's persistent compilation cache for torch.compile graphs; "
+                             "default none (no persistent cache)",
+    "TORCHNEURON_LOG": "comma-separated topics to log; 'recompiles' logs why torch.compile recompiled",
+    "TORCHNEURON_BUCKETS": "'0' compiles dynamic graphs at exact sizes; default '1' rounds dynamic sizes "
+                           "up to power-of-two buckets",
+    "TORCHNEURON_MIN_BUCKET": "smallest shape bucket of a dynamic size; default 8",
 }
 
 PLATFORM = os.environ.get("TORCHNEURON_PLATFORM", "cpu")
@@ -25,3 +31,7 @@ ASYNC_DISPATCH = os.environ.get("TORCHNEURON_ASYNC_DISPATCH", "0") == "1"
 # is already queued by XLA, so the thread only adds two hand-offs per backward (~0.1 ms) and runs
 # each Python kernel more slowly than the calling thread; the GIL allows no overlap to win back.
 AUTOGRAD_THREADS = os.environ.get("TORCHNEURON_AUTOGRAD_THREADS", "0") == "1"
+CACHE_DIR = os.environ.get("TORCHNEURON_CACHE_DIR")
+LOG = frozenset(topic.strip() for topic in os.environ.get("TORCHNEURON_LOG", "").split(",") if topic.strip())
+BUCKETS = os.environ.get("TORCHNEURON_BUCKETS", "1") != "0"
+MIN_BUCKET = int(os.environ.get("TORCHNEURON_MIN_BUCKET", "8"))

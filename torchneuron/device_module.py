@@ -6,8 +6,7 @@ import types
 
 import torch
 
-from . import random as _random
-from .runtime import devices
+from .runtime import devices, generators
 from .runtime import synchronize as _sync
 
 _initialized = False
@@ -72,33 +71,33 @@ def synchronize(device=None) -> None:
 
 # ------------------------------------------------------------------ RNG
 def manual_seed(seed: int) -> None:
-    _random.default_generator(current_device()).manual_seed(int(seed))
+    generators.default_generator(current_device()).manual_seed(int(seed))
 
 
 def manual_seed_all(seed: int) -> None:
     for i in range(device_count()):
-        _random.default_generator(i).manual_seed(int(seed))
+        generators.default_generator(i).manual_seed(int(seed))
 
 
 def seed() -> None:
-    _random.default_generator(current_device()).seed()
+    generators.default_generator(current_device()).seed()
 
 
 def seed_all() -> None:
     for i in range(device_count()):
-        _random.default_generator(i).seed()
+        generators.default_generator(i).seed()
 
 
 def initial_seed() -> int:
-    return _random.default_generator(current_device()).initial_seed()
+    return generators.default_generator(current_device()).initial_seed()
 
 
 def get_rng_state(device="neuron") -> torch.Tensor:
-    return _random.default_generator(_index(device)).get_state()
+    return generators.default_generator(_index(device)).get_state()
 
 
 def set_rng_state(new_state: torch.Tensor, device="neuron") -> None:
-    _random.default_generator(_index(device)).set_state(new_state)
+    generators.default_generator(_index(device)).set_state(new_state)
 
 
 def get_rng_state_all() -> list[torch.Tensor]:

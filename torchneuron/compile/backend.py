@@ -13,7 +13,6 @@ import collections
 import logging
 import math
 import operator
-import os
 import threading
 
 import jax
@@ -23,9 +22,9 @@ import torch.fx
 from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
 
-from .. import random as neuron_random
+from .. import config
 from ..lowering import LOWERINGS, calling
-from ..runtime import storages, transfer
+from ..runtime import generators, storages, transfer
 from ..runtime.dtypes import to_jax, to_torch
 from ..runtime.layout import Layout, contiguous_stride, read, write
 from . import buckets
@@ -35,11 +34,11 @@ _stats = collections.Counter()
 _reasons: list[str] = []
 _lock = threading.Lock()
 
-if os.environ.get("TORCHNEURON_CACHE_DIR"):
-    jax.config.update("jax_compilation_cache_dir", os.environ["TORCHNEURON_CACHE_DIR"])
+if config.CACHE_DIR:
+    jax.config.update("jax_compilation_cache_dir", config.CACHE_DIR)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-_LOG_RECOMPILES = "recompiles" in os.environ.get("TORCHNEURON_LOG", "")
+_LOG_RECOMPILES = "recompiles" in config.LOG
 
 
 def compile_stats() -> dict:
@@ -250,7 +249,7 @@ class CompiledGraph:
                 arrays[index] = sizes[symbol]  # the graph's shapes are the bucket's
         rng = None
         if self.random_nodes:
-            seed, offset = neuron_random.next_seed_and_offset(device, None)
+            seed, offset = generators.next_seed_and_offset(device, None)
             rng = (np.uint64(seed), np.uint64(offset))
         self.array_mask = tuple(hasattr(a, "shape") for a in arrays)
         statics = tuple(a for a in arrays if not hasattr(a, "shape"))
@@ -317,7 +316,7 @@ class CompiledGraph:
         device = torch.device("neuron", index if index >= 0 else torch.neuron.current_device())
         rng = None
         if self.random_nodes:
-            seed, offset = neuron_random.next_seed_and_offset(device, None)
+            seed, offset = generators.next_seed_and_offset(device, None)
             rng = (np.uint64(seed), np.uint64(offset))
         compiles = _stats["compiles"]
         host_arrays = {name: transfer.cpu_numpy(torch.cat([t.detach().reshape(-1) for t in same]))

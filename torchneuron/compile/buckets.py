@@ -1,10 +1,11 @@
 """Shape buckets for dynamic graphs: one executable per power-of-two size, not per size.
 
 A graph traced with symbolic sizes (torch.compile(dynamic=True), mark_dynamic) runs with each
-dynamic size s rounded up to its bucket B = max(MIN_BUCKET, next power of two >= s): tensor inputs
-are zero-padded to B along the axes of size s, the graph runs at size B, and the outputs are sliced
-back to s. This is only correct where a padded position can never change an unpadded one, so a
-graph is bucketed only if every op that touches a padded axis is one of:
+dynamic size s rounded up to its bucket B = max(MIN_BUCKET, next power of two >= s), MIN_BUCKET being
+config.MIN_BUCKET (default 8; config.BUCKETS off keeps exact sizes): tensor inputs are zero-padded
+to B along the axes of size s, the graph runs at size B, and the outputs are sliced back to s. This
+is only correct where a padded position can never change an unpadded one, so a graph is bucketed
+only if every op that touches a padded axis is one of:
 
 - position-wise along it: pointwise ops, views, embedding lookups, factories (arange, full),
   tril/triu, matrix products and layer norms that do not contract or normalise over it;
@@ -18,16 +19,14 @@ graph on exact shapes: one executable per distinct size, as before. See docs/COM
 """
 from __future__ import annotations
 
-import os
-
 import jax.numpy as jnp
 import sympy
 import torch
 import torch.fx
 
+from .. import config
+
 aten = torch.ops.aten
-MIN_BUCKET = int(os.environ.get("TORCHNEURON_MIN_BUCKET", "8"))
-ENABLED = os.environ.get("TORCHNEURON_BUCKETS", "1") != "0"
 
 _VIEWS = {aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.transpose.int, aten.t.default,
           aten.permute.default, aten.expand.default, aten.clone.default, aten.split.Tensor,
@@ -43,7 +42,7 @@ _CONTRACTIONS = {aten.mm.default: ((0, 1), (1, 0)), aten.addmm.default: ((1, 1),
 
 
 def bucket(size: int) -> int:
-    return max(MIN_BUCKET, 1 << max(size - 1, 0).bit_length())
+    return max(config.MIN_BUCKET, 1 << max(size - 1, 0).bit_length())
 
 
 def _expr(size):
@@ -70,7 +69,7 @@ class Plan:
 
 def plan(gm: torch.fx.GraphModule) -> Plan | None:
     """A bucketing plan for `gm`, or None where padding cannot be shown safe."""
-    if not ENABLED:
+    if not config.BUCKETS:
         return None
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     symbols = {}

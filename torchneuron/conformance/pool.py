@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import collections
 import multiprocessing as mp
-import os
 import time
 from multiprocessing.connection import wait
+
+from .. import config
 
 STARTUP_TIMEOUT = 600  # importing torch, torchneuron and op_db takes ~20 s, more on a busy machine
 TASKS_PER_WORKER = 100  # a fresh process now and then bounds the growth of JAX's compile caches
 
 
 def _worker(conn, backward: bool, max_samples: int) -> None:
-    os.environ["TORCHNEURON_FALLBACK"] = "cpu"  # count fallbacks instead of refusing them
+    # Count fallbacks instead of refusing them. Set on config, not the environment: unpickling this
+    # function imported torchneuron (and read the environment) before it ran.
+    config.FALLBACK = "cpu"
     import warnings
 
     warnings.filterwarnings("ignore")

@@ -12,9 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..lowering import calling
-from ..random import next_seed_and_offset
 from ..runtime import storages, transfer
 from ..runtime.dtypes import PYTHON_SCALAR_TYPES, to_jax
+from ..runtime.generators import next_seed_and_offset
 from ..runtime.layout import apply_math_bits, flatten, read, write
 from .describe import CallDescription, buffers_of
 

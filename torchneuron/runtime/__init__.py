@@ -1,1 +1,1 @@
-"""The runtime: NeuronCores (PJRT devices through JAX), storages, memory, synchronisation."""
+"""The runtime: NeuronCores (PJRT devices through JAX), storages, memory, synchronisation, generators."""
