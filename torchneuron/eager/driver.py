@@ -17,13 +17,12 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from ..lowering import LOWERINGS, Lowering, calling
+from ..lowering import LOWERINGS, META_OVERRIDES, Lowering, calling
 from ..runtime import devices, storages
 from ..runtime.core import urgent
 from ..runtime.dtypes import UnsupportedDtypeError, to_jax
 from . import overlap
 from .layout import Layout, apply_math_bits, flatten, read, write
-from .meta_overrides import META_OVERRIDES
 from .schema import Kind, OpSchema
 
 warnings.filterwarnings("ignore", message="Some donated buffers were not usable")

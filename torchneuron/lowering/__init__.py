@@ -47,9 +47,14 @@ class Lowering:
     # between CPU and CUDA): drivers pass `result_shapes=`, the shapes the meta kernel (eager: ours,
     # as on CPU) or the traced graph recorded.
     result_shapes: bool = False
+    # The op's meta function where PyTorch's is missing or encodes a CUDA-only restriction (neuron
+    # behaves like CPU): takes the meta arguments, returns the meta result.
+    meta: Callable | None = None
 
 
 LOWERINGS: dict[torch._ops.OpOverload, Lowering] = {}
+# op -> meta function, for the eager driver's layouts: every lowering's `meta`, and overrides_meta's.
+META_OVERRIDES: dict[torch._ops.OpOverload, Callable] = {}
 
 
 def lowers(*ops: torch._ops.OpOverload, **options) -> Callable:
@@ -59,8 +64,24 @@ def lowers(*ops: torch._ops.OpOverload, **options) -> Callable:
         for op in ops:
             if op in LOWERINGS:
                 raise ValueError(f"{op} is lowered twice")
-            LOWERINGS[op] = Lowering(fn, **options)
+            LOWERINGS[op] = lowering = Lowering(fn, **options)
+            if lowering.meta is not None:
+                overrides_meta(op)(lowering.meta)
         return fn
+
+    return register
+
+
+def overrides_meta(*ops: torch._ops.OpOverload) -> Callable:
+    """Register `meta` as the meta function of each of `ops`; for ops the table computes through
+    another overload (a mutating op through its lowered functional), whose meta differs."""
+
+    def register(meta: Callable) -> Callable:
+        for op in ops:
+            if op in META_OVERRIDES:
+                raise ValueError(f"{op} has two meta overrides")
+            META_OVERRIDES[op] = meta
+        return meta
 
     return register
 

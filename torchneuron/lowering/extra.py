@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 import jax.numpy as jnp
+import torch
 from jax import lax
 
 from ..runtime.dtypes import to_torch
@@ -82,7 +83,15 @@ def bincount(self, weights=None, minlength=0):
     return jnp.zeros(length, dtype).at[self].add(weights.astype(dtype))
 
 
-@lowers(aten._grouped_mm.default)
+def _grouped_mm_meta(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
+    # CUDA's kernel takes bfloat16 only; CPU's (and ours) any floating type.
+    low = torch.bfloat16
+    out = aten._grouped_mm.default(mat_a.to(low), mat_b.to(low), offs,
+                                   None if bias is None else bias.to(low), None)
+    return out.to(out_dtype or mat_a.dtype)
+
+
+@lowers(aten._grouped_mm.default, meta=_grouped_mm_meta)
 def grouped_mm(self, mat2, offs=None, bias=None, out_dtype=None):
     """Matrix products over groups: `offs` (int32 cumulative ends) splits the 2-D operand's rows
     (2-D x 3-D), its columns (3-D x 2-D) or the shared inner dimension (2-D x 2-D)."""
@@ -128,7 +137,14 @@ def _histogram(x, edges, weight, density):
     return hist, edges
 
 
-@lowers(aten.histogram.bin_ct)
+def _histogram_meta(self, bins=100, *, range=None, weight=None, density=False):
+    # PyTorch has no meta kernel for histogram: bins counts and bins + 1 edges in self's dtype
+    n = bins if isinstance(bins, int) else bins.shape[0] - 1
+    return (torch.empty((n,), dtype=self.dtype, device="meta"),
+            torch.empty((n + 1,), dtype=self.dtype, device="meta"))
+
+
+@lowers(aten.histogram.bin_ct, meta=_histogram_meta)
 def histogram_bin_ct(self, bins=100, *, range=None, weight=None, density=False):
     if range is not None:
         lo, hi = jnp.asarray(range[0], self.dtype), jnp.asarray(range[1], self.dtype)
@@ -140,7 +156,7 @@ def histogram_bin_ct(self, bins=100, *, range=None, weight=None, density=False):
     return _histogram(self, jnp.linspace(lo, hi, bins + 1).astype(self.dtype), weight, density)
 
 
-@lowers(aten.histogram.bins_tensor)
+@lowers(aten.histogram.bins_tensor, meta=_histogram_meta)
 def histogram_bins_tensor(self, bins, *, weight=None, density=False):
     return _histogram(self, bins.astype(self.dtype), weight, density)
 
@@ -204,17 +220,30 @@ def _histogramdd(self, edges, weight, density, local_search):
     return hist
 
 
-@lowers(aten._histogramdd_bin_edges.default)
+# No meta kernels for histogramdd's parts: edges per dimension, counts of shape bins.
+def _histogramdd_bin_edges_meta(self, bins, *, range=None, weight=None, density=False):
+    return [torch.empty((n + 1,), dtype=self.dtype, device="meta") for n in bins]
+
+
+def _histogramdd_from_bin_cts_meta(self, bins, *, range=None, weight=None, density=False):
+    return torch.empty(tuple(bins), dtype=self.dtype, device="meta")
+
+
+def _histogramdd_from_bin_tensors_meta(self, bins, *, weight=None, density=False):
+    return torch.empty(tuple(b.shape[0] - 1 for b in bins), dtype=self.dtype, device="meta")
+
+
+@lowers(aten._histogramdd_bin_edges.default, meta=_histogramdd_bin_edges_meta)
 def histogramdd_bin_edges(self, bins, *, range=None, weight=None, density=False):
     return _edges_from_counts(self.reshape(-1, self.shape[-1]), bins, range)
 
 
-@lowers(aten._histogramdd_from_bin_cts.default)
+@lowers(aten._histogramdd_from_bin_cts.default, meta=_histogramdd_from_bin_cts_meta)
 def histogramdd_from_bin_cts(self, bins, *, range=None, weight=None, density=False):
     edges = _edges_from_counts(self.reshape(-1, self.shape[-1]), bins, range)
     return _histogramdd(self, edges, weight, density, local_search=True)
 
 
-@lowers(aten._histogramdd_from_bin_tensors.default)
+@lowers(aten._histogramdd_from_bin_tensors.default, meta=_histogramdd_from_bin_tensors_meta)
 def histogramdd_from_bin_tensors(self, bins, *, weight=None, density=False):
     return _histogramdd(self, [b.astype(self.dtype) for b in bins], weight, density, local_search=False)

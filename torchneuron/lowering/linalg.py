@@ -11,6 +11,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+import torch
 from jax import lax
 
 from . import aten, lowers
@@ -562,7 +563,14 @@ def linalg_qr(A, mode="reduced"):
     return tuple(jnp.linalg.qr(A, mode=mode))
 
 
-@lowers(aten.geqrf.default)
+def _geqrf_meta(A):
+    # PyTorch has no meta kernel for geqrf; LAPACK's result is column-major, as on CPU.
+    *batch, m, n = A.shape
+    a = torch.empty((*batch, n, m), dtype=A.dtype, device="meta").mT
+    return a, torch.empty((*batch, min(m, n)), dtype=A.dtype, device="meta")
+
+
+@lowers(aten.geqrf.default, meta=_geqrf_meta)
 def geqrf(self):
     h, tau = jnp.linalg.qr(self, mode="raw")  # LAPACK's geqrf, with its output transposed
     return _mT(h), tau

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from jax import lax
 
-from . import aten, lowers
+from . import aten, lowers, overrides_meta
 from .reductions import _vector_norm
 
 _LOW = (jnp.float16, jnp.bfloat16)
@@ -214,6 +214,52 @@ def adaptive_avg_pool2d_backward(grad_output, self):
 
 
 # --------------------------------------------------------------------------- normalization
+# Meta functions: PyTorch's meta kernels lay out the saved statistics as CUDA's kernels do.
+def _cpu_statistics(meta):
+    """Normalisations of a float16/bfloat16 input: CPU saves the mean and inverse std in the input's
+    dtype unless a parameter (weight, running stats) is float32 ("mixed type"), then in float32.
+    PyTorch's meta kernels follow CUDA instead (always float32; group norm: always the input's)."""
+    def override(input, *args, **kwargs):
+        out = meta(input, *args, **kwargs)
+        if input.dtype not in (torch.float16, torch.bfloat16):
+            return out
+        mixed = any(isinstance(a, torch.Tensor) and a.dtype == torch.float32 for a in (*args, *kwargs.values()))
+        dtype = torch.float32 if mixed else input.dtype
+        return (out[0], out[1].to(dtype), out[2].to(dtype), *out[3:])
+    return override
+
+
+def _eval_batch_norm(op, training_index):
+    """In eval mode CPU returns empty saved mean/invstd; PyTorch's meta kernels give (C,) ones."""
+    def meta(*args, **kwargs):
+        out = op(*args, **kwargs)
+        training = True if training_index is None else (
+            args[training_index] if len(args) > training_index else kwargs["training"])
+        if training_index is not None and training:
+            return out
+        return (out[0], out[1].new_empty((0,)), out[2].new_empty((0,)), *out[3:])
+    return meta
+
+
+def _with_parameters(meta):
+    """PyTorch's decomposition of batch norm with update (torch 2.13) picks the backend from weight
+    and bias, which must then be tensors: for an affine-free norm, ones and zeros stand in (they
+    shape the same results)."""
+    def override(input, weight, bias, *args, **kwargs):
+        channels = (input.shape[1],)
+        weight = input.new_ones(channels) if weight is None else weight
+        bias = input.new_zeros(channels) if bias is None else bias
+        return meta(input, weight, bias, *args, **kwargs)
+    return override
+
+
+def _batch_norm_no_update_meta(input, weight, bias, running_mean, running_var, momentum, eps):
+    out = aten._batch_norm_no_update.default(input, weight, bias, running_mean, running_var, momentum, eps)
+    if running_mean is None:
+        return out
+    return (out[0], out[1].new_empty((0,)), out[2].new_empty((0,)), out[3])
+
+
 def _affine(xhat, weight, bias, shape):
     if weight is not None:
         xhat = xhat * _up(weight).reshape(shape)
@@ -256,7 +302,8 @@ def _batch_norm_eval(x, weight, bias, running_mean, running_var, eps):
     return _batch_norm_apply(x, weight, bias, _up(running_mean), invstd), _up(running_mean), invstd
 
 
-@lowers(aten._native_batch_norm_legit_functional.default)
+@lowers(aten._native_batch_norm_legit_functional.default,
+        meta=_cpu_statistics(_eval_batch_norm(aten._native_batch_norm_legit_functional.default, 5)))
 def native_batch_norm_legit_functional(input, weight, bias, running_mean, running_var, training, momentum,
                                        eps):
     if not training:
@@ -267,14 +314,20 @@ def native_batch_norm_legit_functional(input, weight, bias, running_mean, runnin
             _running_update(running_var, _unbiased(var, input), momentum))
 
 
-@lowers(aten._native_batch_norm_legit_no_training.default)
+@lowers(aten._native_batch_norm_legit_no_training.default,
+        meta=_cpu_statistics(_eval_batch_norm(aten._native_batch_norm_legit_no_training.default, None)))
 def native_batch_norm_legit_no_training(input, weight, bias, running_mean, running_var, momentum, eps):
     return _batch_norm_eval(input, weight, bias, running_mean, running_var, eps)
 
 
-@lowers(aten._native_batch_norm_legit.no_stats)
+@lowers(aten._native_batch_norm_legit.no_stats, meta=_cpu_statistics(aten._native_batch_norm_legit.no_stats))
 def native_batch_norm_legit_no_stats(input, weight, bias, training, momentum, eps):
     return _batch_norm_train(input, weight, bias, eps)[:3]
+
+
+# The mutating overload runs as its lowered functional; its own meta kernel lays out the results.
+overrides_meta(aten._native_batch_norm_legit.default)(
+    _cpu_statistics(_eval_batch_norm(aten._native_batch_norm_legit.default, 5)))
 
 
 def _native_batch_norm_redirect(input, weight, bias, running_mean, running_var, training, momentum, eps):
@@ -317,14 +370,20 @@ def native_batch_norm_backward(grad_out, input, weight, running_mean, running_va
 _NO_RESERVE = jnp.zeros((0,), jnp.uint8)  # cuDNN's workspace: empty on CPU, and here
 
 
-@lowers(aten._batch_norm_with_update_functional.default)
+# The mutating overload runs as its lowered functional; its own meta kernel lays out the results.
+overrides_meta(aten._batch_norm_with_update.default)(
+    _cpu_statistics(_with_parameters(aten._batch_norm_with_update.default)))
+
+
+@lowers(aten._batch_norm_with_update_functional.default,
+        meta=_cpu_statistics(_with_parameters(aten._batch_norm_with_update_functional.default)))
 def batch_norm_with_update_functional(input, weight, bias, running_mean, running_var, momentum, eps):
     out, mean, invstd, var = _batch_norm_train(input, weight, bias, eps)
     return (out, mean, invstd, _NO_RESERVE, _running_update(running_mean, mean, momentum),
             _running_update(running_var, _unbiased(var, input), momentum))
 
 
-@lowers(aten._batch_norm_no_update.default)
+@lowers(aten._batch_norm_no_update.default, meta=_cpu_statistics(_batch_norm_no_update_meta))
 def batch_norm_no_update(input, weight, bias, running_mean, running_var, momentum, eps):
     if running_mean is None:  # no running statistics: the batch's own
         out, mean, invstd, _ = _batch_norm_train(input, weight, bias, eps)
@@ -350,7 +409,7 @@ def _layer_norm(x, normalized_shape, weight, bias, eps):
     return out.astype(x.dtype), mean, rstd
 
 
-@lowers(aten.native_layer_norm.default)
+@lowers(aten.native_layer_norm.default, meta=_cpu_statistics(aten.native_layer_norm.default))
 def native_layer_norm(input, normalized_shape, weight, bias, eps):
     return _layer_norm(input, normalized_shape, weight, bias, eps)
 
@@ -389,7 +448,7 @@ def _group_norm(x, weight, bias, n, c, group, eps):
     return out.astype(x.dtype), mean[..., 0], rstd[..., 0]
 
 
-@lowers(aten.native_group_norm.default)
+@lowers(aten.native_group_norm.default, meta=_cpu_statistics(aten.native_group_norm.default))
 def native_group_norm(input, weight, bias, N, C, HxW, group, eps):
     return _group_norm(input, weight, bias, N, C, group, eps)
 
