@@ -39,7 +39,9 @@ class Lowering:
     static_scalars: bool = False  # Scalars shape the result (arange): compile per value
     data_dependent: bool = False  # output shape depends on values: run outside jit
     random: bool = False  # takes key=, a PRNG key from the device generator
-    graph_only: bool = False  # a view as a value: for graphs; eager keeps views as metadata
+    # For graphs only, where views, allocations and copies are values: eager mode does them as
+    # metadata (views) or storage work (empty, copy_, _to_copy) and registers no kernel for them.
+    graph_only: bool = False
     # Tensor arguments whose memory layout PyTorch's result depends on (det factors A^T when A is
     # contiguous, and its backward relies on that): drivers pass `<name>_contiguous=bool`.
     contiguity: tuple[str, ...] = ()

@@ -816,9 +816,25 @@ def hardshrink_backward(grad_out, self, lambd):
 
 
 # ------------------------------------------------------------ copy
+# copy_ reaches the table only in graphs, into an intermediate; a copy_ into a graph input is a
+# mutation, which the compile driver writes back. In eager mode copies are transfers.
+@lowers(aten.copy_.default, graph_only=True)
 @lowers(aten.copy.default)
 def copy(self, src, non_blocking=False):
     return jnp.broadcast_to(src, self.shape).astype(self.dtype)
+
+
+@lowers(aten._to_copy.default, graph_only=True)
+def to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+            memory_format=None):
+    # x.to(dtype / device / memory format) in a graph: only the dtype changes a value; the device
+    # of a graph output is restored from its meta value when the executable returns.
+    return self if dtype is None else self.astype(to_jax(dtype))
+
+
+@lowers(aten.lift_fresh_copy.default, graph_only=True)
+def lift_fresh_copy(self):
+    return self
 
 
 
