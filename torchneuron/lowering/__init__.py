@@ -90,7 +90,7 @@ def overrides_meta(*ops: torch._ops.OpOverload) -> Callable:
 
 FAMILIES = ("elementwise", "reductions", "shape", "indexing", "linalg", "nn", "factories", "random", "foreach",
             "views", "extra", "sampling", "pooling", "activations", "fft", "polynomials", "special",
-            "embedding_bag", "ctc")
+            "embedding_bag", "ctc", "amp")
 
 
 def load_all() -> dict:
