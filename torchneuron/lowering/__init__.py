@@ -19,6 +19,7 @@ import dataclasses
 import importlib
 from collections.abc import Callable
 
+import jax.numpy as jnp
 import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as KIND
 
@@ -86,6 +87,23 @@ def overrides_meta(*ops: torch._ops.OpOverload) -> Callable:
         return meta
 
     return register
+
+
+_HALF = (jnp.float16, jnp.bfloat16)
+
+
+def opmath_dtype(dtype) -> type | None:
+    """The dtype PyTorch's CPU kernels compute `dtype` in, their "opmath" type: float32 for float16
+    and bfloat16, which then round once at the end; None for the rest (they compute in themselves)."""
+    return jnp.float32 if dtype in _HALF else None
+
+
+def opmath(x):
+    """Array `x` (or None) in its opmath dtype.
+
+        opmath(jnp.ones(2, jnp.bfloat16)).dtype  # float32
+    """
+    return x.astype(jnp.float32) if x is not None and x.dtype in _HALF else x
 
 
 FAMILIES = ("elementwise", "reductions", "shape", "indexing", "linalg", "nn", "factories", "random", "foreach",

@@ -12,25 +12,25 @@ import math
 import jax
 import jax.numpy as jnp
 
-from . import aten, lowers
-from .nn import _MEAN, _reduce, _up
+from . import aten, lowers, opmath
+from .nn import _MEAN, _reduce
 
 
 # ------------------------------------------------------------------- more activations
 @lowers(aten.log_sigmoid_forward.default)
 def log_sigmoid_forward(self):
-    x = _up(self)
+    x = opmath(self)
     buffer = jnp.exp(-jnp.abs(x))  # what PyTorch's CPU kernel keeps for the backward
     return (jnp.minimum(x, 0) - jnp.log1p(buffer)).astype(self.dtype), buffer.astype(self.dtype)
 
 
 @lowers(aten.log_sigmoid_backward.default)
 def log_sigmoid_backward(grad_output, self, buffer):
-    return (_up(grad_output) * jax.nn.sigmoid(-_up(self))).astype(self.dtype)
+    return (opmath(grad_output) * jax.nn.sigmoid(-opmath(self))).astype(self.dtype)
 
 
 def _glu(x, dim):
-    a, b = jnp.split(_up(x), 2, axis=dim)
+    a, b = jnp.split(opmath(x), 2, axis=dim)
     return (a * jax.nn.sigmoid(b)).astype(x.dtype)
 
 
@@ -49,10 +49,10 @@ def glu_backward(grad_output, self, dim):
 def glu_jvp(glu, x, dx, dim):
     """The forward-mode tangent of glu(x) = a * sigmoid(b) along dx = (da, db), written as CPU's
     kernel computes it: da * sigmoid(b) + glu * (db - sigmoid(b) * db)."""
-    _, b = jnp.split(_up(x), 2, axis=dim)
-    da, db = jnp.split(_up(dx), 2, axis=dim)
+    _, b = jnp.split(opmath(x), 2, axis=dim)
+    da, db = jnp.split(opmath(dx), 2, axis=dim)
     sig_b = jax.nn.sigmoid(b)
-    return (da * sig_b + _up(glu) * (db - sig_b * db)).astype(glu.dtype)
+    return (da * sig_b + opmath(glu) * (db - sig_b * db)).astype(glu.dtype)
 
 
 def _prelu(x, w):
@@ -67,7 +67,7 @@ def prelu_kernel(self, weight):
 @lowers(aten._prelu_kernel_backward.default)
 def prelu_kernel_backward(grad_output, self, weight):
     # Both gradients have the broadcast shape: autograd sums the weight's down to its shape.
-    x, w, g = _up(self), _up(weight), _up(grad_output)
+    x, w, g = opmath(self), opmath(weight), opmath(grad_output)
     shape = jnp.broadcast_shapes(x.shape, w.shape)
     grad_self = jnp.broadcast_to(jnp.where(x > 0, g, w * g), shape).astype(self.dtype)
     grad_weight = jnp.broadcast_to(jnp.where(x > 0, 0, x * g), shape).astype(weight.dtype)
@@ -83,7 +83,7 @@ def channel_shuffle(self, groups):
 
 @lowers(aten.rrelu_with_noise_functional.default, random=True)
 def rrelu_with_noise_functional(self, noise, lower=0.125, upper=1 / 3, training=False, generator=None, *, key):
-    x = _up(self)
+    x = opmath(self)
     if not training:
         slope = (lower + upper) / 2
         return jnp.where(x >= 0, x, x * slope).astype(self.dtype), noise
@@ -94,25 +94,25 @@ def rrelu_with_noise_functional(self, noise, lower=0.125, upper=1 / 3, training=
 
 @lowers(aten.rrelu_with_noise_backward.default)
 def rrelu_with_noise_backward(grad_output, self, noise, lower, upper, training, self_is_result):
-    g = _up(grad_output)
+    g = opmath(grad_output)
     slope = (lower + upper) / 2
-    fixed = jnp.where(_up(self) > 0, g, g * slope)
+    fixed = jnp.where(opmath(self) > 0, g, g * slope)
     if not training:
         return fixed.astype(grad_output.dtype)
     # lower and upper are traced: the choice between noise and a fixed slope is a select
-    return jnp.where(upper - lower > 1e-6, g * _up(noise), fixed).astype(grad_output.dtype)
+    return jnp.where(upper - lower > 1e-6, g * opmath(noise), fixed).astype(grad_output.dtype)
 
 
 # ------------------------------------------------------------------- margin losses
 def _multi_margin(x, target, p, margin, weight, reduction):
-    xu = _up(x)
+    xu = opmath(x)
     xs = xu.reshape(-1, x.shape[-1] if x.ndim else 1)
     t = target.reshape(-1)
     picked = jnp.take_along_axis(xs, t[:, None], 1)
     z = jnp.maximum(margin - picked + xs, 0)
     z = jnp.where(p == 1, z, z * z)
     if weight is not None:
-        z = z * _up(weight)[t][:, None]
+        z = z * opmath(weight)[t][:, None]
     z = jnp.where(jnp.arange(xs.shape[1])[None, :] == t[:, None], 0, z)
     loss = jnp.sum(z, 1) / xs.shape[1]
     loss = loss if xu.ndim == 2 else loss.reshape(())
@@ -139,7 +139,7 @@ def _multilabel_targets(target, classes):
 
 
 def _multilabel_margin(x, target, reduction):
-    xu = _up(x)
+    xu = opmath(x)
     classes = x.shape[-1] if x.ndim else 1
     xs = xu.reshape(-1, classes)
     is_target, t, valid = _multilabel_targets(target, classes)
@@ -173,7 +173,7 @@ def _use_matmul(x1, x2, p, compute_mode):
 
 @lowers(aten._cdist_forward.default)
 def cdist_forward(x1, x2, p, compute_mode=None):
-    a, b = _up(x1), _up(x2)
+    a, b = opmath(x1), opmath(x2)
     if _use_matmul(x1, x2, p, compute_mode):
         sq = jnp.sum(a * a, -1)[..., :, None] + jnp.sum(b * b, -1)[..., None, :] - 2 * (a @ jnp.swapaxes(b, -1, -2))
         return jnp.sqrt(jnp.maximum(sq, 0)).astype(x1.dtype)
@@ -194,7 +194,7 @@ def cdist_forward(x1, x2, p, compute_mode=None):
 @lowers(aten._cdist_backward.default)
 def cdist_backward(grad, x1, x2, p, cdist):
     # d dist_ij / d x1_i: 0 where the distance is 0 (PyTorch's subgradient choice)
-    a, b, g, dist = _up(x1), _up(x2), _up(grad)[..., None], _up(cdist)[..., None]
+    a, b, g, dist = opmath(x1), opmath(x2), opmath(grad)[..., None], opmath(cdist)[..., None]
     diff = a[..., :, None, :] - b[..., None, :, :]
     zero = jnp.zeros((), a.dtype)
     safe = jnp.where(dist == 0, 1, dist)

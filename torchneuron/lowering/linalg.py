@@ -14,14 +14,7 @@ import numpy as np
 import torch
 from jax import lax
 
-from . import aten, lowers
-
-_LOW = (jnp.float16, jnp.bfloat16)
-
-
-def _acc_dtype(dtype):
-    return jnp.float32 if dtype in _LOW else None
-
+from . import aten, lowers, opmath_dtype
 
 # Below this many multiply-adds a product runs as an elementwise multiply and a sum, which XLA
 # fuses into one loop: XLA:CPU's dot kernel costs about a microsecond more than such work (8x8 mm).
@@ -37,7 +30,7 @@ def _is_small_product(a, b) -> bool:
 def matmul(a, b, out_dtype=None):
     """a @ b, accumulated in float32 for half types, returned in out_dtype (default a's dtype)."""
     out_dtype = out_dtype or a.dtype
-    acc = _acc_dtype(a.dtype)
+    acc = opmath_dtype(a.dtype)
     if _is_small_product(a, b):
         wide = acc or a.dtype
         return (a[..., :, :, None].astype(wide) * b[..., None, :, :].astype(wide)).sum(-2).astype(out_dtype)
@@ -47,7 +40,7 @@ def matmul(a, b, out_dtype=None):
 def _scaled_sum(self, product, beta, alpha):
     """beta * self + alpha * product; beta == 0 ignores self entirely (NaN/inf included)."""
     dtype = product.dtype
-    acc = _acc_dtype(dtype) or dtype
+    acc = opmath_dtype(dtype) or dtype
     scaled = product.astype(acc) * jnp.asarray(alpha).astype(acc)
     base = jnp.where(beta == 0, jnp.zeros((), acc), self.astype(acc) * jnp.asarray(beta).astype(acc))
     return (base + scaled).astype(dtype)
@@ -55,7 +48,7 @@ def _scaled_sum(self, product, beta, alpha):
 
 def _keep_acc(a, b):
     """The product in the accumulation dtype (for addmm-like ops that round once at the end)."""
-    acc = _acc_dtype(a.dtype)
+    acc = opmath_dtype(a.dtype)
     return jnp.matmul(a, b, preferred_element_type=acc)
 
 
@@ -705,7 +698,7 @@ def _expm_scale_square(a, norm, theta, real):
 
 @lowers(aten.linalg_matrix_exp.default)
 def linalg_matrix_exp(self):
-    acc = _acc_dtype(self.dtype)
+    acc = opmath_dtype(self.dtype)
     if acc is not None:  # half types: CPU's scheme in float32, rounded once
         return linalg_matrix_exp(self.astype(acc)).astype(self.dtype)
     n = self.shape[-1]

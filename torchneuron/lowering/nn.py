@@ -14,16 +14,10 @@ import numpy as np
 import torch
 from jax import lax
 
-from . import aten, lowers, overrides_meta
+from . import aten, lowers, opmath, opmath_dtype, overrides_meta
 from .reductions import _vector_norm
 
-_LOW = (jnp.float16, jnp.bfloat16)
 _NONE, _MEAN, _SUM = 0, 1, 2  # at::Reduction
-
-
-def _up(x):
-    """x in its computation dtype: float32 for half types, else unchanged."""
-    return x.astype(jnp.float32) if x is not None and x.dtype in _LOW else x
 
 
 def _bcast_channel(v, ndim):
@@ -48,7 +42,7 @@ def _grad_of_reduction(grad_output, shape, reduction):
 
 # ----------------------------------------------------------------------------- convolution
 def _conv(x, w, stride, padding, dilation, transposed, output_padding, groups):
-    acc = jnp.float32 if x.dtype in _LOW else None
+    acc = opmath_dtype(x.dtype)
     spatial = w.ndim - 2
     if not transposed:
         return lax.conv_general_dilated(
@@ -71,7 +65,7 @@ def _conv(x, w, stride, padding, dilation, transposed, output_padding, groups):
 def convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     out = _conv(input, weight, stride, padding, dilation, transposed, output_padding, groups)
     if bias is not None:
-        out = out + _bcast_channel(_up(bias), out.ndim)
+        out = out + _bcast_channel(opmath(bias), out.ndim)
     return out.astype(input.dtype)
 
 
@@ -86,7 +80,7 @@ def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding
     grad_bias = None
     if output_mask[2]:
         axes = (0,) + tuple(range(2, grad_output.ndim))
-        grad_bias = jnp.sum(_up(grad_output), axis=axes).astype(grad_output.dtype)
+        grad_bias = jnp.sum(opmath(grad_output), axis=axes).astype(grad_output.dtype)
     return (grad_input if output_mask[0] else None, grad_weight if output_mask[1] else None, grad_bias)
 
 
@@ -146,7 +140,7 @@ def max_pool2d_with_indices(self, kernel_size, stride=(), padding=(0,), dilation
 def max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode,
                                      indices):
     planes = math.prod(self.shape[:-2])
-    g = _up(grad_output).reshape(planes, -1)
+    g = opmath(grad_output).reshape(planes, -1)
     idx = indices.reshape(planes, -1)
     grad = jnp.zeros((planes, self.shape[-2] * self.shape[-1]), g.dtype)
     grad = grad.at[jnp.arange(planes)[:, None], idx].add(g)
@@ -167,7 +161,7 @@ def _avg_divisor(shape, k, s, p, out, count_include_pad):
 
 def _avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
     k, s, p, d, out = _pool_geometry(x.shape, kernel_size, stride, padding, (1,), ceil_mode)
-    total = jnp.sum(_windows(_up(x), k, s, p, d, out, 0), axis=-3)
+    total = jnp.sum(_windows(opmath(x), k, s, p, d, out, 0), axis=-3)
     divisor = divisor_override or _avg_divisor(x.shape, k, s, p, out, count_include_pad)
     return (total / jnp.asarray(divisor, total.dtype)).astype(x.dtype)
 
@@ -195,7 +189,7 @@ def _adaptive_windows(n, o, dtype):
 
 
 def _adaptive_avg_pool2d_fwd(x, output_size):
-    xu = _up(x)
+    xu = opmath(x)
     rows, nr = _adaptive_windows(x.shape[-2], output_size[0], xu.dtype)
     cols, nc = _adaptive_windows(x.shape[-1], output_size[1], xu.dtype)
     total = jnp.einsum("...hw,ih,jw->...ij", xu, rows, cols)
@@ -262,15 +256,15 @@ def _batch_norm_no_update_meta(input, weight, bias, running_mean, running_var, m
 
 def _affine(xhat, weight, bias, shape):
     if weight is not None:
-        xhat = xhat * _up(weight).reshape(shape)
+        xhat = xhat * opmath(weight).reshape(shape)
     if bias is not None:
-        xhat = xhat + _up(bias).reshape(shape)
+        xhat = xhat + opmath(bias).reshape(shape)
     return xhat
 
 
 def _batch_stats(x):
     axes = (0,) + tuple(range(2, x.ndim))
-    xu = _up(x)
+    xu = opmath(x)
     mean = jnp.mean(xu, axis=axes)
     var = jnp.mean(jnp.square(xu - _bcast_channel(mean, x.ndim)), axis=axes)
     return mean, var
@@ -278,7 +272,7 @@ def _batch_stats(x):
 
 def _batch_norm_apply(x, weight, bias, mean, invstd):
     shape = (1, -1) + (1,) * (x.ndim - 2)
-    xhat = (_up(x) - mean.reshape(shape)) * invstd.reshape(shape)
+    xhat = (opmath(x) - mean.reshape(shape)) * invstd.reshape(shape)
     return _affine(xhat, weight, bias, shape).astype(x.dtype)
 
 
@@ -289,7 +283,7 @@ def _batch_norm_train(x, weight, bias, eps):
 
 
 def _running_update(running, batch, momentum):
-    return ((1 - momentum) * _up(running) + momentum * batch).astype(running.dtype)
+    return ((1 - momentum) * opmath(running) + momentum * batch).astype(running.dtype)
 
 
 def _unbiased(var, x):
@@ -298,8 +292,8 @@ def _unbiased(var, x):
 
 
 def _batch_norm_eval(x, weight, bias, running_mean, running_var, eps):
-    invstd = lax.rsqrt(_up(running_var) + eps)
-    return _batch_norm_apply(x, weight, bias, _up(running_mean), invstd), _up(running_mean), invstd
+    invstd = lax.rsqrt(opmath(running_var) + eps)
+    return _batch_norm_apply(x, weight, bias, opmath(running_mean), invstd), opmath(running_mean), invstd
 
 
 @lowers(aten._native_batch_norm_legit_functional.default,
@@ -352,7 +346,7 @@ _redirects.impl(aten.native_batch_norm.default, _native_batch_norm_redirect, "Pr
 @lowers(aten.native_batch_norm_backward.default)
 def native_batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd,
                                train, eps, output_mask):
-    one = jnp.ones((input.shape[1],), _up(input).dtype)
+    one = jnp.ones((input.shape[1],), opmath(input).dtype)
 
     def forward(x, w, b):
         if train:
@@ -402,7 +396,7 @@ def batch_norm_backward(grad_out, input, weight, running_mean, running_var, save
 
 def _layer_norm(x, normalized_shape, weight, bias, eps):
     axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
-    xu = _up(x)
+    xu = opmath(x)
     mean = jnp.mean(xu, axis=axes, keepdims=True)
     rstd = lax.rsqrt(jnp.mean(jnp.square(xu - mean), axis=axes, keepdims=True) + eps)
     out = _affine((xu - mean) * rstd, weight, bias, tuple(normalized_shape))
@@ -430,16 +424,16 @@ def _affine_grads(g, xhat, output_mask, axes, dtype):
 def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
     k = len(normalized_shape)
     axes = tuple(range(input.ndim - k, input.ndim))
-    g = _up(grad_out)
-    xhat = (_up(input) - mean) * rstd
-    gxhat = g if weight is None else g * _up(weight)
+    g = opmath(grad_out)
+    xhat = (opmath(input) - mean) * rstd
+    gxhat = g if weight is None else g * opmath(weight)
     grad_in = _norm_input_grad(gxhat, xhat, rstd, axes).astype(input.dtype) if output_mask[0] else None
     dtype = (weight if weight is not None else input).dtype
     return (grad_in,) + _affine_grads(g, xhat, output_mask, tuple(range(input.ndim - k)), dtype)
 
 
 def _group_norm(x, weight, bias, n, c, group, eps):
-    xu = _up(x)
+    xu = opmath(x)
     g = xu.reshape(n, group, -1)
     mean = jnp.mean(g, axis=-1, keepdims=True)
     rstd = lax.rsqrt(jnp.mean(jnp.square(g - mean), axis=-1, keepdims=True) + eps)
@@ -456,11 +450,11 @@ def native_group_norm(input, weight, bias, N, C, HxW, group, eps):
 @lowers(aten.native_group_norm_backward.default)
 def native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask):
     shape = (1, C) + (1,) * (input.ndim - 2)
-    g = _up(grad_out)
-    grouped = _up(input).reshape(N, group, -1)
+    g = opmath(grad_out)
+    grouped = opmath(input).reshape(N, group, -1)
     mean, rstd = mean.reshape(N, group, 1), rstd.reshape(N, group, 1)
     xhat = (grouped - mean) * rstd
-    gxhat = (g if weight is None else g * _up(weight).reshape(shape)).reshape(N, group, -1)
+    gxhat = (g if weight is None else g * opmath(weight).reshape(shape)).reshape(N, group, -1)
     grad_in = None
     if output_mask[0]:
         grad_in = _norm_input_grad(gxhat, xhat, rstd, (-1,)).reshape(input.shape).astype(input.dtype)
@@ -472,7 +466,7 @@ def native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, g
 # ------------------------------------------------------------------------------- softmax
 def _along(fn, x, dim):
     """fn(x, axis) in x's computation dtype; a 0-d x is treated as a 1-element vector."""
-    xu = _up(x)
+    xu = opmath(x)
     if xu.ndim == 0:
         return fn(xu.reshape(1), 0).reshape(())
     return fn(xu, dim)
@@ -502,7 +496,7 @@ def safe_softmax(self, dim, dtype=None):
 @lowers(aten._softmax_backward_data.default)
 def softmax_backward_data(grad_output, output, dim, input_dtype):
     def fn(g, a):
-        y = _up(output).reshape(g.shape)
+        y = opmath(output).reshape(g.shape)
         return y * (g - jnp.sum(g * y, axis=a, keepdims=True))
 
     return _along(fn, grad_output, dim)
@@ -511,7 +505,7 @@ def softmax_backward_data(grad_output, output, dim, input_dtype):
 @lowers(aten._log_softmax_backward_data.default)
 def log_softmax_backward_data(grad_output, output, dim, input_dtype):
     def fn(g, a):
-        return g - jnp.exp(_up(output).reshape(g.shape)) * jnp.sum(g, axis=a, keepdims=True)
+        return g - jnp.exp(opmath(output).reshape(g.shape)) * jnp.sum(g, axis=a, keepdims=True)
 
     return _along(fn, grad_output, dim)
 
@@ -521,14 +515,14 @@ def _class_weights(self, target, weight, ignore_index):
     """Per-target weights (0 where ignored) and targets clamped to valid class indices."""
     class_dim = 0 if self.ndim == 1 else 1
     safe = jnp.clip(target, 0, self.shape[class_dim] - 1)
-    w = jnp.ones(target.shape, _up(self).dtype) if weight is None else _up(weight)[safe]
+    w = jnp.ones(target.shape, opmath(self).dtype) if weight is None else opmath(weight)[safe]
     return jnp.where(target == ignore_index, 0, w), safe, class_dim
 
 
 @lowers(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default)
 def nll_loss_forward(self, target, weight, reduction, ignore_index):
     w, safe, class_dim = _class_weights(self, target, weight, ignore_index)
-    picked = jnp.take_along_axis(_up(self), jnp.expand_dims(safe, class_dim), axis=class_dim)
+    picked = jnp.take_along_axis(opmath(self), jnp.expand_dims(safe, class_dim), axis=class_dim)
     loss = -jnp.squeeze(picked, class_dim) * w
     total_weight = jnp.sum(w)
     if reduction == _MEAN:
@@ -539,7 +533,7 @@ def nll_loss_forward(self, target, weight, reduction, ignore_index):
 @lowers(aten.nll_loss_backward.default, aten.nll_loss2d_backward.default)
 def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight):
     w, safe, class_dim = _class_weights(self, target, weight, ignore_index)
-    g = _up(grad_output)
+    g = opmath(grad_output)
     if reduction == _MEAN:
         g = g / total_weight
     picked = jnp.expand_dims(jnp.broadcast_to(-g * w, target.shape), class_dim)
@@ -550,32 +544,32 @@ def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index
 
 @lowers(aten.mse_loss.default)
 def mse_loss(self, target, reduction=_MEAN):
-    return _reduce(jnp.square(_up(self) - _up(target)), reduction).astype(self.dtype)
+    return _reduce(jnp.square(opmath(self) - opmath(target)), reduction).astype(self.dtype)
 
 
 @lowers(aten.mse_loss_backward.default)
 def mse_loss_backward(grad_output, self, target, reduction):
-    g = _grad_of_reduction(_up(grad_output), self.shape, reduction)
-    return (2 * (_up(self) - _up(target)) * g).astype(self.dtype)
+    g = _grad_of_reduction(opmath(grad_output), self.shape, reduction)
+    return (2 * (opmath(self) - opmath(target)) * g).astype(self.dtype)
 
 
 @lowers(aten.binary_cross_entropy.default)
 def binary_cross_entropy(self, target, weight=None, reduction=_MEAN):
-    x, t = _up(self), _up(target)
+    x, t = opmath(self), opmath(target)
     # PyTorch clamps the logs at -100 so that x = 0 or 1 gives a finite loss.
     loss = -(t * jnp.maximum(jnp.log(x), -100) + (1 - t) * jnp.maximum(jnp.log1p(-x), -100))
     if weight is not None:
-        loss = loss * _up(weight)
+        loss = loss * opmath(weight)
     return _reduce(loss, reduction).astype(self.dtype)
 
 
 @lowers(aten.binary_cross_entropy_backward.default)
 def binary_cross_entropy_backward(grad_output, self, target, weight=None, reduction=_MEAN):
-    x, t = _up(self), _up(target)
-    grad = _grad_of_reduction(_up(grad_output), self.shape, reduction) * (x - t) / jnp.maximum(
+    x, t = opmath(self), opmath(target)
+    grad = _grad_of_reduction(opmath(grad_output), self.shape, reduction) * (x - t) / jnp.maximum(
         (1 - x) * x, 1e-12)
     if weight is not None:
-        grad = grad * _up(weight)
+        grad = grad * opmath(weight)
     return grad.astype(self.dtype)
 
 
@@ -586,19 +580,19 @@ def _smooth_l1(d, beta):
 
 @lowers(aten.smooth_l1_loss.default)
 def smooth_l1_loss(self, target, reduction=_MEAN, beta=1.0):
-    return _reduce(_smooth_l1(_up(self) - _up(target), beta), reduction).astype(self.dtype)
+    return _reduce(_smooth_l1(opmath(self) - opmath(target), beta), reduction).astype(self.dtype)
 
 
 @lowers(aten.smooth_l1_loss_backward.default)
 def smooth_l1_loss_backward(grad_output, self, target, reduction, beta):
-    d = _up(self) - _up(target)
+    d = opmath(self) - opmath(target)
     slope = jnp.sign(d) if beta == 0 else jnp.where(jnp.abs(d) < beta, d / beta, jnp.sign(d))
-    return (slope * _grad_of_reduction(_up(grad_output), self.shape, reduction)).astype(self.dtype)
+    return (slope * _grad_of_reduction(opmath(grad_output), self.shape, reduction)).astype(self.dtype)
 
 
 @lowers(aten.huber_loss.default)
 def huber_loss(self, target, reduction=_MEAN, delta=1.0):
-    d = _up(self) - _up(target)
+    d = opmath(self) - opmath(target)
     ad = jnp.abs(d)
     loss = jnp.where(ad < delta, 0.5 * d * d, delta * (ad - 0.5 * delta))
     return _reduce(loss, reduction).astype(self.dtype)
@@ -606,9 +600,9 @@ def huber_loss(self, target, reduction=_MEAN, delta=1.0):
 
 @lowers(aten.huber_loss_backward.default)
 def huber_loss_backward(grad_output, self, target, reduction, delta):
-    d = _up(self) - _up(target)
+    d = opmath(self) - opmath(target)
     slope = jnp.clip(d, -delta, delta)
-    return (slope * _grad_of_reduction(_up(grad_output), self.shape, reduction)).astype(self.dtype)
+    return (slope * _grad_of_reduction(opmath(grad_output), self.shape, reduction)).astype(self.dtype)
 
 
 # --------------------------------------------------------------------- embedding, dropout, gelu
@@ -620,7 +614,7 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
 @lowers(aten.embedding_dense_backward.default)
 def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
     idx = indices.reshape(-1)
-    g = _up(grad_output).reshape(idx.shape[0], -1)
+    g = opmath(grad_output).reshape(idx.shape[0], -1)
     g = jnp.where((idx == padding_idx)[:, None], 0, g)
     if scale_grad_by_freq:
         counts = jnp.zeros((num_weights,), g.dtype).at[idx].add(1)
@@ -633,10 +627,10 @@ def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, sca
 def embedding_renorm(self, indices, max_norm, norm_type):
     """Rows that `indices` name, rescaled to norm max_norm where their norm exceeds it (CPU's
     scale max_norm / (norm + 1e-7)); other rows unchanged."""
-    norm = _vector_norm(_up(self), norm_type, (1,), False)
+    norm = _vector_norm(opmath(self), norm_type, (1,), False)
     named = jnp.zeros(self.shape[0], bool).at[indices.reshape(-1)].set(True)
     scale = jnp.where(named & (norm > max_norm), max_norm / (norm + 1e-7), 1)
-    return (_up(self) * scale[:, None].astype(_up(self).dtype)).astype(self.dtype)
+    return (opmath(self) * scale[:, None].astype(opmath(self).dtype)).astype(self.dtype)
 
 
 @lowers(aten.native_dropout.default, random=True)
@@ -645,9 +639,9 @@ def native_dropout(input, p, train, *, key):
         return input, jnp.ones(input.shape, jnp.bool_)
     keep = jax.random.bernoulli(key, 1 - p, input.shape)
     scale = 0.0 if p == 1 else 1 / (1 - p)
-    return (jnp.where(keep, _up(input) * scale, 0)).astype(input.dtype), keep
+    return (jnp.where(keep, opmath(input) * scale, 0)).astype(input.dtype), keep
 
 
 @lowers(aten.native_dropout_backward.default)
 def native_dropout_backward(grad_output, mask, scale):
-    return (_up(grad_output) * mask * scale).astype(grad_output.dtype)
+    return (opmath(grad_output) * mask * scale).astype(grad_output.dtype)

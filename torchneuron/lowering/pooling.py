@@ -15,8 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import aten, lowers
-from .nn import _lowest, _pool_out_size, _up
+from . import aten, lowers, opmath
+from .nn import _lowest, _pool_out_size
 
 
 def _expand(v, n):
@@ -56,7 +56,7 @@ def _scatter_max_grad(grad_output, self, indices, spatial):
     lead = self.shape[:self.ndim - spatial]
     planes = math.prod(lead)
     cells = math.prod(grad_output.shape[grad_output.ndim - spatial:])
-    g = _up(grad_output).reshape(planes, cells)
+    g = opmath(grad_output).reshape(planes, cells)
     grad = jnp.zeros((planes, math.prod(self.shape[self.ndim - spatial:])), g.dtype)
     grad = grad.at[jnp.arange(planes)[:, None], indices.reshape(planes, cells)].add(g)
     return grad.reshape(self.shape).astype(self.dtype)
@@ -137,7 +137,7 @@ def _fractional_max(x, kernel_size, output_size, samples):
     k = _expand(kernel_size, spatial)
     # samples (N, C, spatial): PyTorch's 2-d kernel reads them as (width, height), its 3-d
     # kernel as (depth, height, width)
-    s = _up(samples).reshape(x.shape[:x.ndim - spatial] + (spatial,))
+    s = opmath(samples).reshape(x.shape[:x.ndim - spatial] + (spatial,))
     order = (1, 0) if spatial == 2 else (0, 1, 2)
     flat = jnp.zeros(s.shape[:-1] + (1, 1), jnp.int64)
     for a in range(spatial):
@@ -194,7 +194,7 @@ def max_unpool3d(self, indices, output_size, stride, padding):
 def _avg_pool(x, spatial, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
     sizes, k, _, p, d, out, starts = _geometry(x, spatial, kernel_size, stride, padding, (1,), ceil_mode)
     flat, valid = _table(sizes, starts, k, d)
-    xu = _up(x)
+    xu = opmath(x)
     total = jnp.sum(jnp.where(valid, _read(xu, spatial, flat), 0), axis=-1)
     if divisor_override:
         divisor = np.full(flat.shape[0], divisor_override)
@@ -222,7 +222,7 @@ def avg_pool3d_backward(grad_output, self, kernel_size, stride, padding, ceil_mo
 
 
 def _adaptive_avg(x, output_size):
-    xu = _up(x)
+    xu = opmath(x)
     spatial = len(output_size)
     letters = "defghijk"[:spatial]
     outs = "uvwxyz"[:spatial]
@@ -303,6 +303,6 @@ def col2im(self, output_size, kernel_size, dilation, padding, stride):
     k = _expand(kernel_size, 2)
     lead = self.shape[:-2]
     channels = self.shape[-2] // math.prod(k)
-    zeros = jnp.zeros(lead + (channels,) + tuple(output_size), _up(self).dtype)
+    zeros = jnp.zeros(lead + (channels,) + tuple(output_size), opmath(self).dtype)
     _, vjp = jax.vjp(lambda x: _im2col(x, kernel_size, dilation, padding, stride), zeros)
-    return vjp(_up(self))[0].astype(self.dtype)
+    return vjp(opmath(self))[0].astype(self.dtype)

@@ -17,14 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import aten, lowers
+from . import aten, lowers, opmath
 
-_LOW = (jnp.float16, jnp.bfloat16)
 _CUBIC_A = -0.75  # PyTorch's bicubic convolution constant
-
-
-def _up(x):
-    return x.astype(jnp.float32) if x.dtype in _LOW else x
 
 
 def _np_float(dtype):
@@ -132,7 +127,7 @@ def _taps(mode, n_in, n_out, align_corners, scale, ft):
 
 def _resample(x, output_size, mode, align_corners, scales):
     spatial = len(output_size)
-    xu = x if mode.startswith("nearest") else _up(x)
+    xu = x if mode.startswith("nearest") else opmath(x)
     ft = _np_float(xu.dtype)
     for k in range(spatial):
         axis = x.ndim - spatial + k
@@ -224,7 +219,7 @@ def _gather(plane, idx):
 
 
 def _grid_sample(input, grid, mode, padding_mode, align_corners):
-    x = _up(input)
+    x = opmath(input)
     g = grid.astype(x.dtype)
     sizes = input.shape[2:]
     spatial = len(sizes)
