@@ -527,13 +527,16 @@ def logical_not(self):
     return ~_truth(self)
 
 
-for _name, _fn in (("bitwise_and", jnp.bitwise_and), ("bitwise_or", jnp.bitwise_or),
-                   ("bitwise_xor", jnp.bitwise_xor), ("bitwise_left_shift", jnp.left_shift),
-                   ("bitwise_right_shift", jnp.right_shift)):
-    _packet = getattr(aten, _name)
-    _overloads = [getattr(_packet, o) for o in ("Tensor", "Scalar", "Tensor_Scalar", "Scalar_Tensor")
-                  if o in _packet.overloads()]
-    lowers(*_overloads, promote=DEFAULT)(_binary(_fn))
+lowers(aten.bitwise_and.Tensor, aten.bitwise_and.Scalar, aten.bitwise_and.Scalar_Tensor,
+       promote=DEFAULT)(_binary(jnp.bitwise_and))
+lowers(aten.bitwise_or.Tensor, aten.bitwise_or.Scalar, aten.bitwise_or.Scalar_Tensor,
+       promote=DEFAULT)(_binary(jnp.bitwise_or))
+lowers(aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar, aten.bitwise_xor.Scalar_Tensor,
+       promote=DEFAULT)(_binary(jnp.bitwise_xor))
+lowers(aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar,
+       aten.bitwise_left_shift.Scalar_Tensor, promote=DEFAULT)(_binary(jnp.left_shift))
+lowers(aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar,
+       aten.bitwise_right_shift.Scalar_Tensor, promote=DEFAULT)(_binary(jnp.right_shift))
 lowers(aten.__lshift__.Tensor, aten.__lshift__.Scalar, promote=DEFAULT)(_binary(jnp.left_shift))
 lowers(aten.__rshift__.Tensor, aten.__rshift__.Scalar, promote=DEFAULT)(_binary(jnp.right_shift))
 

@@ -265,20 +265,23 @@ def _pad(x, padding, mode):
     return x
 
 
-def _register_pad(name, mode):
-    @lowers(getattr(aten, name).default)
+def _register_pad(forward_op, backward_op, mode):
+    @lowers(forward_op)
     def forward(self, padding):
         return _pad(self, padding, mode)
 
-    @lowers(getattr(aten, name + "_backward").default)
+    @lowers(backward_op)
     def backward(grad_output, self, padding):
         _, vjp = jax.vjp(lambda x: _pad(x, padding, mode), self)
         return vjp(grad_output)[0]
 
 
-for _n in (1, 2, 3):
-    _register_pad(f"reflection_pad{_n}d", "reflect")
-    _register_pad(f"replication_pad{_n}d", "replicate")
+_register_pad(aten.reflection_pad1d.default, aten.reflection_pad1d_backward.default, "reflect")
+_register_pad(aten.reflection_pad2d.default, aten.reflection_pad2d_backward.default, "reflect")
+_register_pad(aten.reflection_pad3d.default, aten.reflection_pad3d_backward.default, "reflect")
+_register_pad(aten.replication_pad1d.default, aten.replication_pad1d_backward.default, "replicate")
+_register_pad(aten.replication_pad2d.default, aten.replication_pad2d_backward.default, "replicate")
+_register_pad(aten.replication_pad3d.default, aten.replication_pad3d_backward.default, "replicate")
 
 
 # ---------------------------------------------------------------------------- im2col / col2im

@@ -139,10 +139,7 @@ def _resample(x, output_size, mode, align_corners, scales):
     return xu.astype(x.dtype)
 
 
-def _register(name, mode, spatial, align):
-    forward_op = getattr(aten, name).default
-    backward_op = getattr(aten, name + "_backward").default
-
+def _register(forward_op, backward_op, mode, spatial, align):
     def split(rest):
         rest = list(rest) + [None] * (spatial + align - len(rest))
         return (rest[0] if align else False), rest[align:align + spatial]
@@ -162,15 +159,22 @@ def _register(name, mode, spatial, align):
     return forward, backward
 
 
-for _name, _mode, _spatial, _align in [
-    ("upsample_nearest1d", "nearest", 1, 0), ("upsample_nearest2d", "nearest", 2, 0),
-    ("upsample_nearest3d", "nearest", 3, 0), ("_upsample_nearest_exact1d", "nearest-exact", 1, 0),
-    ("_upsample_nearest_exact2d", "nearest-exact", 2, 0), ("_upsample_nearest_exact3d", "nearest-exact", 3, 0),
-    ("upsample_linear1d", "linear", 1, 1), ("upsample_bilinear2d", "linear", 2, 1),
-    ("upsample_trilinear3d", "linear", 3, 1), ("upsample_bicubic2d", "cubic", 2, 1),
-    ("_upsample_bilinear2d_aa", "aa-linear", 2, 1), ("_upsample_bicubic2d_aa", "aa-cubic", 2, 1),
-]:
-    _register(_name, _mode, _spatial, _align)
+_register(aten.upsample_nearest1d.default, aten.upsample_nearest1d_backward.default, "nearest", 1, 0)
+_register(aten.upsample_nearest2d.default, aten.upsample_nearest2d_backward.default, "nearest", 2, 0)
+_register(aten.upsample_nearest3d.default, aten.upsample_nearest3d_backward.default, "nearest", 3, 0)
+_register(aten._upsample_nearest_exact1d.default, aten._upsample_nearest_exact1d_backward.default,
+          "nearest-exact", 1, 0)
+_register(aten._upsample_nearest_exact2d.default, aten._upsample_nearest_exact2d_backward.default,
+          "nearest-exact", 2, 0)
+_register(aten._upsample_nearest_exact3d.default, aten._upsample_nearest_exact3d_backward.default,
+          "nearest-exact", 3, 0)
+_register(aten.upsample_linear1d.default, aten.upsample_linear1d_backward.default, "linear", 1, 1)
+_register(aten.upsample_bilinear2d.default, aten.upsample_bilinear2d_backward.default, "linear", 2, 1)
+_register(aten.upsample_trilinear3d.default, aten.upsample_trilinear3d_backward.default, "linear", 3, 1)
+_register(aten.upsample_bicubic2d.default, aten.upsample_bicubic2d_backward.default, "cubic", 2, 1)
+_register(aten._upsample_bilinear2d_aa.default, aten._upsample_bilinear2d_aa_backward.default,
+          "aa-linear", 2, 1)
+_register(aten._upsample_bicubic2d_aa.default, aten._upsample_bicubic2d_aa_backward.default, "aa-cubic", 2, 1)
 
 
 # --------------------------------------------------------------------------- grid sampling
