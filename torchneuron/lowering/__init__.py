@@ -107,7 +107,7 @@ def opmath(x):
 
 
 FAMILIES = ("elementwise", "reductions", "shape", "indexing", "linalg", "nn", "factories", "random", "foreach",
-            "views", "extra", "sampling", "pooling", "activations", "fft", "polynomials", "special",
+            "views", "histograms", "sampling", "pooling", "activations", "fft", "polynomials", "special",
             "embedding_bag", "ctc", "amp")
 
 

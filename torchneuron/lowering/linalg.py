@@ -88,6 +88,41 @@ def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
     return _scaled_sum(self, jnp.sum(_keep_acc(batch1, batch2), axis=0), beta, alpha).astype(batch1.dtype)
 
 
+def _grouped_mm_meta(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
+    # CUDA's kernel takes bfloat16 only; CPU's (and ours) any floating type.
+    low = torch.bfloat16
+    out = aten._grouped_mm.default(mat_a.to(low), mat_b.to(low), offs,
+                                   None if bias is None else bias.to(low), None)
+    return out.to(out_dtype or mat_a.dtype)
+
+
+@lowers(aten._grouped_mm.default, meta=_grouped_mm_meta)
+def grouped_mm(self, mat2, offs=None, bias=None, out_dtype=None):
+    """Matrix products over groups: `offs` (int32 cumulative ends) splits the 2-D operand's rows
+    (2-D x 3-D), its columns (3-D x 2-D) or the shared inner dimension (2-D x 2-D)."""
+    dtype = jnp.promote_types(self.dtype, jnp.float32)
+    a, b = self.astype(dtype), mat2.astype(dtype)
+    if a.ndim == 3 and b.ndim == 3:
+        out = jnp.matmul(a, b)
+    elif a.ndim == 2 and b.ndim == 3:
+        out = jnp.einsum("mk,gkn,gm->mn", a, b, _groups(offs, a.shape[0]))
+    elif a.ndim == 3:
+        out = jnp.einsum("gmk,kn,gn->mn", a, b, _groups(offs, b.shape[1]))
+    else:
+        out = jnp.einsum("mk,kn,gk->gmn", a, b, _groups(offs, a.shape[1]))
+    if bias is not None:
+        out = out + bias.astype(dtype)
+    return out
+
+
+def _groups(offs, n):
+    """One-hot (groups, n): which group each of n positions belongs to; positions past the last
+    offset belong to none (their results are zero)."""
+    position = jnp.arange(n)
+    starts = jnp.concatenate([jnp.zeros(1, offs.dtype), offs[:-1]])
+    return ((position[None, :] >= starts[:, None]) & (position[None, :] < offs[:, None])).astype(jnp.float32)
+
+
 @lowers(aten.addr.default)
 def addr(self, vec1, vec2, *, beta=1, alpha=1):
     outer = vec1[:, None] * vec2[None, :]

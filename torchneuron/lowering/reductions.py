@@ -410,6 +410,12 @@ def sort(self, *, stable, dim=-1, descending=False):
     return jnp.take_along_axis(self, index, axis), index
 
 
+@lowers(aten.sort.default)
+def sort_default(self, dim=-1, descending=False):
+    # The overload without `stable` (torch.sort in graphs): a stable sort is one valid order.
+    return sort(self, stable=True, dim=dim, descending=descending)
+
+
 @lowers(aten.topk.default)
 def topk(self, k, dim=-1, largest=True, sorted=True):
     # A full stable sort: its first k are sorted (which sorted=False also allows).

@@ -1,7 +1,7 @@
-"""Lowerings: the functional "scatter" forms of views (slice_scatter, select_scatter, ...).
+"""Lowerings: histograms (histc, bincount, histogram, histogramdd).
 
-Functionalized graphs (torch.compile, AOTAutograd) write into a view of a tensor as
-`x_new = slice_scatter(x, src, ...)`: a copy of `x` whose viewed region holds `src`.
+Counts are scatter-adds of ones (or weights) at each element's bin; where the bin of an element on
+an edge depends on rounding, the bins and edges are found CPU's way.
 """
 from __future__ import annotations
 
@@ -9,50 +9,10 @@ import math
 
 import jax.numpy as jnp
 import torch
-from jax import lax
 
 from ..runtime.dtypes import to_torch
-from . import aten, lowers, reductions
+from . import aten, lowers
 from .factories import _linspace_values
-
-
-@lowers(aten.slice_scatter.default)
-def slice_scatter(self, src, dim=0, start=None, end=None, step=1):
-    # Python slices clamp and wrap start/end exactly as aten.slice does.
-    index = (slice(None),) * (dim % self.ndim) + (slice(start, end, step),)
-    return self.at[index].set(src.astype(self.dtype))
-
-
-@lowers(aten.select_scatter.default)
-def select_scatter(self, src, dim, index):
-    return self.at[(slice(None),) * (dim % self.ndim) + (index,)].set(src.astype(self.dtype))
-
-
-@lowers(aten.diagonal_scatter.default)
-def diagonal_scatter(self, src, offset=0, dim1=0, dim2=1):
-    dims = (dim1 % self.ndim, dim2 % self.ndim)
-    moved = jnp.moveaxis(self, dims, (-2, -1))
-    n = src.shape[-1]  # the diagonal's length; aten.diagonal puts it last
-    rows = jnp.arange(n) + max(-offset, 0)
-    cols = jnp.arange(n) + max(offset, 0)
-    moved = moved.at[..., rows, cols].set(src.astype(self.dtype))
-    return jnp.moveaxis(moved, (-2, -1), dims)
-
-
-@lowers(aten.as_strided_scatter.default)
-def as_strided_scatter(self, src, size, stride, storage_offset=None):
-    # As aten.as_strided in a graph: the storage is the value itself, laid out contiguously.
-    idx = jnp.full(tuple(size), storage_offset or 0, jnp.int64)
-    for d, s in enumerate(stride):
-        idx = idx + lax.broadcasted_iota(jnp.int64, tuple(size), d) * s
-    flat = self.reshape(-1).at[idx.reshape(-1)].set(src.astype(self.dtype).reshape(-1))
-    return flat.reshape(self.shape)
-
-
-@lowers(aten.sort.default)
-def sort(self, dim=-1, descending=False):
-    # The overload without `stable` (torch.sort in graphs): a stable sort is one valid order.
-    return reductions.sort(self, stable=True, dim=dim, descending=descending)
 
 
 @lowers(aten.histc.default)
@@ -81,41 +41,6 @@ def bincount(self, weights=None, minlength=0):
         return jnp.zeros(length, jnp.int64).at[self].add(1)
     dtype = jnp.float32 if weights.dtype == jnp.float32 else jnp.float64
     return jnp.zeros(length, dtype).at[self].add(weights.astype(dtype))
-
-
-def _grouped_mm_meta(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
-    # CUDA's kernel takes bfloat16 only; CPU's (and ours) any floating type.
-    low = torch.bfloat16
-    out = aten._grouped_mm.default(mat_a.to(low), mat_b.to(low), offs,
-                                   None if bias is None else bias.to(low), None)
-    return out.to(out_dtype or mat_a.dtype)
-
-
-@lowers(aten._grouped_mm.default, meta=_grouped_mm_meta)
-def grouped_mm(self, mat2, offs=None, bias=None, out_dtype=None):
-    """Matrix products over groups: `offs` (int32 cumulative ends) splits the 2-D operand's rows
-    (2-D x 3-D), its columns (3-D x 2-D) or the shared inner dimension (2-D x 2-D)."""
-    dtype = jnp.promote_types(self.dtype, jnp.float32)
-    a, b = self.astype(dtype), mat2.astype(dtype)
-    if a.ndim == 3 and b.ndim == 3:
-        out = jnp.matmul(a, b)
-    elif a.ndim == 2 and b.ndim == 3:
-        out = jnp.einsum("mk,gkn,gm->mn", a, b, _groups(offs, a.shape[0]))
-    elif a.ndim == 3:
-        out = jnp.einsum("gmk,kn,gn->mn", a, b, _groups(offs, b.shape[1]))
-    else:
-        out = jnp.einsum("mk,kn,gk->gmn", a, b, _groups(offs, a.shape[1]))
-    if bias is not None:
-        out = out + bias.astype(dtype)
-    return out
-
-
-def _groups(offs, n):
-    """One-hot (groups, n): which group each of n positions belongs to; positions past the last
-    offset belong to none (their results are zero)."""
-    position = jnp.arange(n)
-    starts = jnp.concatenate([jnp.zeros(1, offs.dtype), offs[:-1]])
-    return ((position[None, :] >= starts[:, None]) & (position[None, :] < offs[:, None])).astype(jnp.float32)
 
 
 # torch.histogram: counts (or weight sums, or densities) over bin edges, the last bin closed.
