@@ -11,7 +11,10 @@ storages, views, in-place writes or output dtypes; the eager and compile drivers
 
 `promote` names PyTorch's type-promotion kind: the driver casts the `promote_args` (and any
 other traced scalars) to PyTorch's computation dtype first, and the result to PyTorch's
-result dtype after, exactly as torch._refs does.
+result dtype after, exactly as torch._refs does. `meta=` gives the op's meta function where
+PyTorch's is missing or follows CUDA (the eager driver reads all of them from META_OVERRIDES).
+Half-precision math upcasts with `opmath(x)` (float16/bfloat16 to float32), as PyTorch's CPU
+kernels do, and rounds once at the end.
 """
 from __future__ import annotations
 
