@@ -51,55 +51,9 @@ def _unsupported(gm: torch.fx.GraphModule) -> list[str]:
     missing = set()
     for node in gm.graph.nodes:
         if (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
-                and node.target not in LOWERINGS and node.target not in _GRAPH_OPS):
+                and node.target not in LOWERINGS):
             missing.add(str(node.target))
     return sorted(missing)
-
-
-def _meta_dtype(node):
-    from ..runtime.dtypes import to_jax
-    return to_jax(node.meta["val"].dtype)
-
-
-def _copy_into(node, dst, src, *rest):
-    # Into a graph intermediate; copies into graph inputs are mutations, handled in _call.
-    return jax.numpy.broadcast_to(src, dst.shape).astype(dst.dtype)
-
-
-def _cast_copy(node, x, *args, **kwargs):
-    # x.to(dtype / device / memory format): only the dtype changes a value; the device of a graph
-    # output is restored from its meta value when the executable returns.
-    return x.astype(_meta_dtype(node))
-
-
-def _identity(node, x, *args, **kwargs):
-    return x
-
-
-def _allocation(size_arg):
-    # Uninitialised memory in a functional graph is never read before it is written: zeros will do.
-    def allocate(node, *args, **kwargs):
-        return jax.numpy.zeros(tuple(args[size_arg]), _meta_dtype(node))
-    return allocate
-
-
-def _full_like(node, x, fill_value, **kwargs):
-    return jax.numpy.full(x.shape, fill_value, _meta_dtype(node))
-
-
-# Graph ops the compiler handles itself rather than through the table: allocation, device and
-# dtype moves, which are storage concerns in eager mode and plain values in a graph.
-_GRAPH_OPS = {
-    torch.ops.aten.copy_.default: _copy_into,
-    torch.ops.aten._to_copy.default: _cast_copy,
-    torch.ops.aten.lift_fresh_copy.default: _identity,
-    torch.ops.aten.empty.memory_format: _allocation(0),
-    torch.ops.aten.empty_strided.default: _allocation(0),
-    torch.ops.aten.empty_permuted.default: _allocation(0),
-    torch.ops.aten.new_empty.default: _allocation(1),
-    torch.ops.aten.new_empty_strided.default: _allocation(1),
-    torch.ops.aten.full_like.default: _full_like,
-}
 
 
 class CompiledGraph:
@@ -219,8 +173,6 @@ class CompiledGraph:
             mutations[index] = new
             env[node.args[0]] = new
             return new
-        if target in _GRAPH_OPS:
-            return _GRAPH_OPS[target](node, *args, **kwargs)
         lowering = LOWERINGS[target]
         meta_args = _meta_values(node.args)
         meta_kwargs = _meta_values(node.kwargs)

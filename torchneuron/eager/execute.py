@@ -86,7 +86,7 @@ class PlanExecution:
         buffers = buffers_of(desc) if desc.missing else desc.buffers
         rng = _next_rng(self.device, args, kwargs, self.schema) if self.random else None
         if self.jitted is None:
-            return self._run_data_dependent(args, kwargs, desc, buffers, rng)
+            return self._call_outside_jit(args, kwargs, desc, buffers, rng)
         flat = list(buffers) if self.in_order else [buffers[g] for g in self.arg_groups]
         if desc.scalars:
             flat += [_lookup_scalar_type(type(v), np.asarray)(v) for v in desc.scalars]
@@ -158,7 +158,7 @@ class PlanExecution:
         return [apply_math_bits(read(storages.bitcast(buffers[g], to_jax(dt)), lay), bits)
                 for g, dt, lay, bits in zip(self.groups, self.dtypes, self.layouts, self.bits)]
 
-    def _run_data_dependent(self, args, kwargs, desc, buffers, rng):
+    def _call_outside_jit(self, args, kwargs, desc, buffers, rng):
         values = self._read_all(buffers)
         results = self._call_lowering(values, [jnp.asarray(s) for s in desc.scalars], rng)
         made = []

@@ -10,12 +10,11 @@ from __future__ import annotations
 import jax
 import torch
 
-from ..lowering import LOWERINGS, Lowering, calling
+from ..lowering import LOWERINGS, META_OVERRIDES, Lowering, calling
 from ..runtime.layout import Layout
 from . import overlap
 from .describe import CallDescription
 from .execute import PlanExecution, Slot
-from .meta_overrides import META_OVERRIDES
 from .schema import Kind, OpSchema
 
 
@@ -60,7 +59,7 @@ class Plan(PlanExecution):
         if lowering.data_dependent:
             self.meta_out = None
         else:
-            self.meta_out = self._run_meta(meta_args, meta_kwargs)
+            self.meta_out = self._meta_outputs(meta_args, meta_kwargs)
         # A meta kernel that cannot tell the output shape (x[mask]) makes this call data dependent.
         self.data_dependent = lowering.data_dependent or (self.meta_out is None and not schema.written)
 
@@ -142,22 +141,22 @@ class Plan(PlanExecution):
         mkwargs = {k: convert(v) for k, v in kwargs.items()}
         return margs, mkwargs, meta_tensors
 
-    def _run_meta(self, margs, mkwargs):
+    def _meta_outputs(self, margs, mkwargs):
         missing = (NotImplementedError, torch._subclasses.fake_tensor.UnsupportedOperatorException)
         functional = self.schema.functional
         try:
             if self.op not in META_OVERRIDES and self.schema.out_args and functional in META_OVERRIDES:
-                return self._run_meta_out(margs, mkwargs, META_OVERRIDES[functional])
+                return self._meta_of_out_overload(margs, mkwargs, META_OVERRIDES[functional])
             return META_OVERRIDES.get(self.op, self.op)(*margs, **mkwargs)
         except missing:
             if not self.schema.out_args or functional is None:
                 return None
         try:  # an out= overload without a meta kernel: its functional's (histogram.bin_ct_out)
-            return self._run_meta_out(margs, mkwargs, functional)
+            return self._meta_of_out_overload(margs, mkwargs, functional)
         except missing:
             return None
 
-    def _run_meta_out(self, margs, mkwargs, functional_meta):
+    def _meta_of_out_overload(self, margs, mkwargs, functional_meta):
         """An out= overload whose functional has an override (or the only meta kernel): its results
         resize the out tensors as PyTorch's resize_output does."""
         names = self.schema.names
