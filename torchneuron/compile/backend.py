@@ -23,8 +23,8 @@ from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
 
 from .. import config
-from ..lowering import LOWERINGS, calling
-from ..runtime import generators, storages, transfer
+from ..lowering import LOWERINGS, asserts, calling
+from ..runtime import device_asserts, generators, storages, transfer
 from ..runtime.dtypes import to_jax, to_torch
 from ..runtime.layout import Layout, contiguous_stride, read, write
 from . import buckets
@@ -112,6 +112,7 @@ class CompiledGraph:
         self.random_nodes = [n for n in gm.graph.nodes if n.op == "call_function"
                              and n.target in LOWERINGS and LOWERINGS[n.target].random]
         self.mutated_inputs: list[int] = []
+        self.check_messages: tuple[str, ...] = ()  # the graph's device-side checks, learnt while tracing
         self.mutated_placeholders = sorted({
             self.placeholders.index(n.args[0]) for n in gm.graph.nodes
             if n.op == "call_function" and n.target is torch.ops.aten.copy_.default
@@ -139,7 +140,7 @@ class CompiledGraph:
         inputs, arrays, statics = [], list(arrays), list(statics)
         for is_array in self.array_mask:
             inputs.append(arrays.pop(0) if is_array else statics.pop(0))
-        return self._evaluate(inputs, rng, true_sizes)
+        return self._evaluate(inputs, rng, true_sizes)  # (outputs, mutated, failure code)
 
     def _run_direct(self, donated, kept, host, spec_id, rng):
         """The graph over storage buffers: the call spec says, per input, which buffer and layout
@@ -158,7 +159,7 @@ class CompiledGraph:
                 inputs.append(host[str(dtype)][start:start + math.prod(shape)].reshape(shape))
             else:
                 inputs.append(where)
-        outputs, mutated = self._evaluate(inputs, rng, None)
+        outputs, mutated, failure = self._evaluate(inputs, rng, None)
         new = {}
         host_new: dict = {}  # host dtype -> flat new values of its mutated inputs, in input order
         for index, value in zip(self.mutated_inputs, mutated):
@@ -177,7 +178,7 @@ class CompiledGraph:
             else:
                 described.append(_Static(o))
         spec.outputs = described
-        return flat, [new.get(g, buffers[g]) for g in donated_groups], host_new
+        return flat, [new.get(g, buffers[g]) for g in donated_groups], host_new, failure
 
     def _evaluate(self, inputs, rng, true_sizes):
         env = {}
@@ -186,16 +187,18 @@ class CompiledGraph:
         mutations = {}
         base_key = jax.random.key(rng[0]) if rng is not None else None
         random_index = {n: i for i, n in enumerate(self.random_nodes)}
-        for node in self.gm.graph.nodes:
-            if node.op == "call_function":
-                env[node] = self._call(node, env, mutations, base_key, rng, random_index, true_sizes)
-            elif node.op == "get_attr":  # a constant tensor the graph captured: baked into the executable
-                env[node] = _to_array(getattr(self.gm, node.target), None)
-            elif node.op == "output":
-                outputs = [env[a] if isinstance(a, torch.fx.Node) else a for a in node.args[0]]
+        with asserts.collecting() as checks:
+            for node in self.gm.graph.nodes:
+                if node.op == "call_function":
+                    env[node] = self._call(node, env, mutations, base_key, rng, random_index, true_sizes)
+                elif node.op == "get_attr":  # a captured constant tensor: baked into the executable
+                    env[node] = _to_array(getattr(self.gm, node.target), None)
+                elif node.op == "output":
+                    outputs = [env[a] if isinstance(a, torch.fx.Node) else a for a in node.args[0]]
         ordered = sorted(mutations)
         self.mutated_inputs = ordered
-        return outputs, [mutations[i] for i in ordered]
+        self.check_messages = tuple(message for _, message in checks)
+        return outputs, [mutations[i] for i in ordered], asserts.failure_code(checks)
 
     def _call(self, node, env, mutations, base_key, rng, random_index, true_sizes):
         def value(a):
@@ -255,7 +258,10 @@ class CompiledGraph:
         statics = tuple(a for a in arrays if not hasattr(a, "shape"))
         true_sizes = None if true is None else np.array(list(true.values()), np.int64)
         compiles = _stats["compiles"]
-        outputs, mutated = self.jitted([a for a in arrays if hasattr(a, "shape")], statics, rng, true_sizes)
+        outputs, mutated, failure = self.jitted([a for a in arrays if hasattr(a, "shape")], statics, rng,
+                                                true_sizes)
+        if self.check_messages:
+            device_asserts.record(failure, self.check_messages)
         if _stats["compiles"] != compiles:
             self._note_compile(arrays)
         else:
@@ -321,7 +327,7 @@ class CompiledGraph:
         compiles = _stats["compiles"]
         host_arrays = {name: transfer.cpu_numpy(torch.cat([t.detach().reshape(-1) for t in same]))
                        for name, same in host.items()}  # numpy: jit moves it with the call
-        flat, new_buffers, host_new = self.direct(
+        flat, new_buffers, host_new, failure = self.direct(
             [buffers[g] for g in spec.donated_groups], [buffers[g] for g in spec.kept_groups], host_arrays,
             spec_id, rng)
         if _stats["compiles"] != compiles:
@@ -330,6 +336,8 @@ class CompiledGraph:
             _stats["cache_hits"] += 1
         if storages.KEEP_RECENT:
             storages.keep_recent(flat)
+        if self.check_messages:
+            device_asserts.record(failure, self.check_messages)
         for group, buf in zip(spec.donated_groups, new_buffers):
             if handles[group]:
                 storages.bind(handles[group], buf)

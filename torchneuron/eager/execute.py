@@ -11,8 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..lowering import calling
-from ..runtime import storages, transfer
+from ..lowering import asserts, calling
+from ..runtime import device_asserts, storages, transfer
 from ..runtime.dtypes import PYTHON_SCALAR_TYPES, to_jax
 from ..runtime.generators import next_seed_and_offset
 from ..runtime.layout import apply_math_bits, flatten, read, write
@@ -67,7 +67,9 @@ class PlanExecution:
             buffers[g] = b
         values = self._read_all(buffers)
         scalars = [jnp.asarray(s) for s in scalars]
-        results = self._call_lowering(values, scalars, rng)
+        with asserts.collecting() as checks:
+            results = self._call_lowering(values, scalars, rng)
+        self.check_messages = tuple(message for _, message in checks)
         new = {}
         for ti, path in self.writes:
             g = self.groups[ti]
@@ -80,7 +82,8 @@ class PlanExecution:
         fresh = [jnp.zeros((0,), to_jax(dt)) if lay.numel == 0 else
                  flatten(jnp.broadcast_to(_at(results, path), lay.shape).astype(to_jax(dt)), lay)
                  for path, lay, dt in self.fresh]
-        return (*[new[g] for g in self.written_groups], *fresh)  # flat: the fastest jit outputs
+        outputs = (*[new[g] for g in self.written_groups], *fresh)  # flat: the fastest jit outputs
+        return (*outputs, asserts.failure_code(checks)) if checks else outputs
 
     def __call__(self, args, kwargs, desc: CallDescription):
         buffers = buffers_of(desc) if desc.missing else desc.buffers
@@ -95,6 +98,8 @@ class PlanExecution:
         outputs = self.jitted(*flat)
         if _KEEP_RECENT:
             storages.keep_recent(outputs)
+        if self.check_messages:
+            device_asserts.record(outputs[-1], self.check_messages)
         n_written = self.n_written
         if n_written:
             handles = desc.handles
@@ -116,6 +121,8 @@ class PlanExecution:
         outputs = self.jitted(*flat)
         if _KEEP_RECENT:
             storages.keep_recent(outputs)
+        if self.check_messages:
+            device_asserts.record(outputs[-1], self.check_messages)
         return self._single_result(outputs[0])
 
     def _single_result(self, buf):

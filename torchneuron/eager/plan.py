@@ -96,6 +96,7 @@ class Plan(PlanExecution):
         self.single_fresh = (lay.shape, lay.stride, self.fresh_prototypes[0], lay.numel > 0) if single else None
         self.in_order = self.arg_groups == list(range(len(buffers)))
         self.random = lowering.random
+        self.check_messages = ()  # the lowering's device-side checks, learnt when the body is traced
         self.jitted = None if self.data_dependent else jax.jit(
             self._body, donate_argnums=tuple(range(n_written)))
         # The common call (nothing written, one fresh result, buffers in argument order) takes a
