@@ -47,6 +47,9 @@ class Lowering:
     # between CPU and CUDA): drivers pass `result_shapes=`, the shapes the meta kernel (eager: ours,
     # as on CPU) or the traced graph recorded.
     result_shapes: bool = False
+    # Makes device-side checks (lowering/asserts.py): drivers thread the device's failure word
+    # through its executables.
+    checks: bool = False
 
 
 LOWERINGS: dict[torch._ops.OpOverload, Lowering] = {}

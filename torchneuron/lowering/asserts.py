@@ -1,10 +1,11 @@
 """Device-side asserts: conditions a lowering checks on the device, such as index bounds.
 
-A lowering calls `check_index(index, size, what)` (or `device_assert(ok, message)`) while it is
-traced. The driver tracing it collects the checks of the whole executable (`collecting()`) and
-returns one more output, `failure_code(checks)`: 0 when every check held, else 1 + the number of
-the first that failed. The runtime reports a failure at the next synchronisation at the latest
-(runtime/device_asserts.py), as CUDA reports its device-side asserts.
+A lowering registered with `checks=True` calls `check_index(index, size, what)` (or
+`device_assert(ok, message)`) while it is traced. The driver tracing it collects the checks of the
+whole executable (`collecting()`) and threads the device's failure word through it
+(`updated_failure`): 0 while every check has held, else the id of the first failed check's
+message. The runtime reads the word at the next synchronisation (runtime/device_asserts.py), as
+CUDA reports its device-side asserts.
 """
 from __future__ import annotations
 
@@ -13,14 +14,14 @@ import threading
 
 import jax.numpy as jnp
 
-from .. import config
+from ..runtime import device_asserts
 
 _active = threading.local()
 
 
 def device_assert(ok, message: str) -> None:
-    """Record that boolean array `ok` must hold everywhere; `message` says what failed. Outside a
-    collecting driver (or with TORCHNEURON_DEVICE_ASSERTS=0) it does nothing."""
+    """Record that boolean array `ok` must hold everywhere; `message` says what failed. Only inside
+    a driver that collects checks (a lowering registered with checks=True, device asserts on)."""
     checks = getattr(_active, "checks", None)
     if checks is not None:
         checks.append((jnp.all(ok), f"{getattr(_active, 'op', None) or 'neuron op'}: {message}"))
@@ -35,11 +36,12 @@ def check_index(index, size: int, what: str = "index", negative: bool = False) -
 
 
 @contextlib.contextmanager
-def collecting():
-    """Collect the checks of the lowerings traced inside, as a list of (ok, message)."""
+def collecting(enabled: bool = True):
+    """Collect the checks of the lowerings traced inside (a list of (ok, message)); with `enabled`
+    False, checks are dropped."""
     outer = getattr(_active, "checks", None)
     checks: list = []
-    _active.checks = checks if config.DEVICE_ASSERTS else None
+    _active.checks = checks if enabled else None
     try:
         yield checks
     finally:
@@ -57,9 +59,10 @@ def op_scope(op):
         _active.op = outer
 
 
-def failure_code(checks):
-    """0 when every check holds, else 1 + the index of the first failing one (an int32 scalar)."""
+def updated_failure(failure, checks):
+    """The failure word after these checks: unchanged if it already holds a failure or every check
+    holds, else the message id of the first failing check (an int32 scalar)."""
     code = jnp.zeros((), jnp.int32)
-    for i in reversed(range(len(checks))):
-        code = jnp.where(checks[i][0], code, jnp.int32(i + 1))
-    return code
+    for ok, message in reversed(checks):
+        code = jnp.where(ok, code, jnp.int32(device_asserts.message_id(message)))
+    return jnp.where(failure != 0, failure, code)

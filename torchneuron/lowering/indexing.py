@@ -40,7 +40,7 @@ def _check_advanced(self, indices) -> None:
         dim += 1 if index is None or not _is_mask(index) else index.ndim
 
 
-@lowers(aten.index.Tensor)
+@lowers(aten.index.Tensor, checks=True)
 def index(self, indices):
     _check_advanced(self, indices)
     return self[_key(indices)]
@@ -98,7 +98,7 @@ def _scatter_into(at, method: str, values, dtype):
     return getattr(at, method)(values, mode="drop")
 
 
-@lowers(aten.index_put.default, aten._index_put_impl.default)
+@lowers(aten.index_put.default, aten._index_put_impl.default, checks=True)
 def index_put(self, indices, values, accumulate=False, unsafe=False):
     _check_advanced(self, indices)
     return unsafe_index_put(self, indices, values, accumulate)
@@ -119,14 +119,14 @@ def _as_1d(x):
     return x.reshape(1) if x.ndim == 0 else x
 
 
-@lowers(aten.index_select.default)
+@lowers(aten.index_select.default, checks=True)
 def index_select(self, dim, index):
     check_index(index, _size(self, dim))
     out = jnp.take(_as_1d(self), _as_1d(index), axis=dim, mode="clip")
     return out.reshape(()) if self.ndim == 0 else out
 
 
-@lowers(aten.index_add.default)
+@lowers(aten.index_add.default, checks=True)
 def index_add(self, dim, index, source, *, alpha=1):
     check_index(index, _size(self, dim))
     x = _as_1d(self)
@@ -134,7 +134,7 @@ def index_add(self, dim, index, source, *, alpha=1):
     return _scatter_into(x.at[_dim_key(x.ndim, dim, _as_1d(index))], "add", source, x.dtype).reshape(self.shape)
 
 
-@lowers(aten.index_copy.default)
+@lowers(aten.index_copy.default, checks=True)
 def index_copy(self, dim, index, source):
     check_index(index, _size(self, dim))
     x = _as_1d(self)
@@ -142,7 +142,7 @@ def index_copy(self, dim, index, source):
     return x.at[_dim_key(x.ndim, dim, _as_1d(index))].set(source, mode="drop").reshape(self.shape)
 
 
-@lowers(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
+@lowers(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor, checks=True)
 def index_fill(self, dim, index, value):
     check_index(index, _size(self, dim), negative=True)
     x = _as_1d(self)
@@ -162,7 +162,7 @@ def _coords(index, dim: int) -> tuple:
     return tuple(index if d == dim else grids[d] for d in range(index.ndim))
 
 
-@lowers(aten.gather.default)
+@lowers(aten.gather.default, checks=True)
 def gather(self, dim, index, *, sparse_grad=False):
     if index.size == 0:  # PyTorch accepts an empty index of any rank
         return jnp.zeros(index.shape, self.dtype)
@@ -191,17 +191,17 @@ def _scatter(self, dim, index, src, reduce):
     return _scatter_into(self.at[_coords(index, dim)], _SCATTER[reduce], src, self.dtype)
 
 
-@lowers(aten.scatter.src, aten.scatter.value)
+@lowers(aten.scatter.src, aten.scatter.value, checks=True)
 def scatter(self, dim, index, src):
     return _scatter(self, dim, index, src, None)
 
 
-@lowers(aten.scatter.reduce, aten.scatter.value_reduce)
+@lowers(aten.scatter.reduce, aten.scatter.value_reduce, checks=True)
 def scatter_reduce_legacy(self, dim, index, src, *, reduce):
     return _scatter(self, dim, index, src, reduce)
 
 
-@lowers(aten.scatter_add.default)
+@lowers(aten.scatter_add.default, checks=True)
 def scatter_add(self, dim, index, src):
     return _scatter(self, dim, index, src, "add")
 
@@ -218,7 +218,7 @@ def _identity(reduce: str, dtype):
     return jnp.asarray(low if reduce == "amax" else high, dtype)
 
 
-@lowers(aten.scatter_reduce.two)
+@lowers(aten.scatter_reduce.two, checks=True)
 def scatter_reduce(self, dim, index, src, reduce, *, include_self=True):
     base = self if include_self else _scatter(self, dim, index, _identity(reduce, self.dtype), None)
     out = _scatter(base, dim, index, src, "sum" if reduce == "mean" else reduce)
@@ -242,13 +242,13 @@ def masked_scatter(self, mask, source):
     return jnp.where(mask, taken.astype(self.dtype), self)
 
 
-@lowers(aten.take.default)
+@lowers(aten.take.default, checks=True)
 def take(self, index):
     check_index(index, self.size, negative=True)
     return self.reshape(-1)[index]
 
 
-@lowers(aten.put.default)
+@lowers(aten.put.default, checks=True)
 def put(self, index, source, accumulate=False):
     check_index(index, self.size, negative=True)
     at = self.reshape(-1).at[index.reshape(-1)]

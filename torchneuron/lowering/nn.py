@@ -467,7 +467,7 @@ def _class_weights(self, target, weight, ignore_index):
     return jnp.where(target == ignore_index, 0, w), safe, class_dim
 
 
-@lowers(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default)
+@lowers(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default, checks=True)
 def nll_loss_forward(self, target, weight, reduction, ignore_index):
     classes = self.shape[0 if self.ndim == 1 else 1]
     device_assert((target == ignore_index) | ((target >= 0) & (target < classes)),
@@ -557,7 +557,7 @@ def huber_loss_backward(grad_output, self, target, reduction, delta):
 
 
 # --------------------------------------------------------------------- embedding, dropout, gelu
-@lowers(aten.embedding.default)
+@lowers(aten.embedding.default, checks=True)
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
     check_index(indices, weight.shape[0], "embedding index")
     return jnp.take(weight, indices, axis=0)

@@ -1,52 +1,65 @@
 """Device-side assert failures, reported at the next synchronisation (as CUDA reports its own).
 
-A call whose executable checks conditions (index bounds) hands its failure code here with the
-checks' messages. Codes are read when the host next waits for the device (synchronize, a copy
-to the host, `.item()`), or at once with TORCHNEURON_LAUNCH_BLOCKING=1 (as CUDA_LAUNCH_BLOCKING),
-so a failure names the op whatever the host did in between.
+Each NeuronCore has a failure word, an int32 on the device: 0, or the id of the first failed
+check's message. Executables that check conditions (index bounds) take the word and return it
+updated, so checking costs no host work; the host reads the words when it next waits for the
+device (synchronize, a copy to the host, `.item()`), or after every checking call with
+TORCHNEURON_LAUNCH_BLOCKING=1 (as CUDA_LAUNCH_BLOCKING), and raises the failure naming the op.
 """
 from __future__ import annotations
 
-import threading
-
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 from .. import config
+from . import devices
+
+ENABLED = config.DEVICE_ASSERTS
+LAUNCH_BLOCKING = config.LAUNCH_BLOCKING
 
 
 class DeviceAssertError(RuntimeError):
     """A condition checked on a NeuronCore failed (an index out of bounds, say)."""
 
 
-_pending: list = []  # (failure code, the checks' messages) of calls not yet read
-_lock = threading.Lock()
-# Codes are read once this many wait, those already computed only: a bound on the list that never
-# waits for the device.
-_READ_READY_AT = 256
+_messages: list[str] = []  # message id - 1 -> message
+_ids: dict[str, int] = {}
+_words: dict[int, jax.Array] = {}  # device index -> its failure word, once a checking call ran
 
 
-def record(code: jax.Array, messages: tuple[str, ...]) -> None:
-    """A call's failure code (0: every check held; k: messages[k - 1] failed)."""
-    with _lock:
-        _pending.append((code, messages))
-        full = len(_pending) >= _READ_READY_AT
-    if config.LAUNCH_BLOCKING:
+def message_id(message: str) -> int:
+    """The id a failure word holds for `message` (at trace time)."""
+    found = _ids.get(message)
+    if found is None:
+        _messages.append(message)
+        found = _ids[message] = len(_messages)
+    return found
+
+
+def word(device_index: int) -> jax.Array:
+    """The failure word of a NeuronCore, to pass to a checking executable."""
+    found = _words.get(device_index)
+    if found is None:
+        found = _words[device_index] = jax.device_put(np.zeros((), np.int32), devices.jax_device(device_index))
+    return found
+
+
+def update(device_index: int, new_word: jax.Array) -> None:
+    """The word a checking executable returned."""
+    _words[device_index] = new_word
+    if LAUNCH_BLOCKING:
         raise_failures()
-    elif full:
-        raise_failures(ready_only=True)
 
 
-def raise_failures(ready_only: bool = False) -> None:
-    """Read the pending codes (waiting for them, unless `ready_only`) and raise the first failure."""
-    if not _pending:
+def raise_failures() -> None:
+    """Read every core's failure word (waiting for its work) and raise the first failure; the word
+    is cleared, so a failure is reported once."""
+    if not _words:
         return
-    with _lock:
-        taken = [p for p in _pending if not ready_only or p[0].is_ready()]
-        kept = [p for p in _pending if ready_only and not p[0].is_ready()]
-        _pending[:] = kept
-    for code, (_, messages) in zip(jax.device_get([c for c, _ in taken]), taken):
+    for index, value in list(_words.items()):
+        code = int(np.asarray(value))
         if code:
-            with _lock:
-                _pending.clear()  # reported once, as the first failure since the last read
-            hint = "" if config.LAUNCH_BLOCKING else " (TORCHNEURON_LAUNCH_BLOCKING=1 raises at the op itself)"
-            raise DeviceAssertError(f"neuron: device-side assert triggered: {messages[int(code) - 1]}{hint}")
+            _words[index] = jnp.zeros_like(value)
+            hint = "" if LAUNCH_BLOCKING else " (TORCHNEURON_LAUNCH_BLOCKING=1 raises at the op itself)"
+            raise DeviceAssertError(f"neuron: device-side assert triggered: {_messages[code - 1]}{hint}")
