@@ -11,6 +11,7 @@ import jax
 import torch
 
 from ..lowering import LOWERINGS, META_OVERRIDES, Lowering, calling
+from ..runtime import device_asserts
 from ..runtime.layout import Layout
 from . import overlap
 from .describe import CallDescription
@@ -95,6 +96,8 @@ class Plan(PlanExecution):
         self.single_fresh = (lay.shape, lay.stride, self.fresh_prototypes[0], lay.numel > 0) if single else None
         self.in_order = self.arg_groups == list(range(len(buffers)))
         self.random = lowering.random
+        # the lowering checks conditions on the device: the device's failure word goes through the call
+        self.checked = lowering.checks and device_asserts.ENABLED
         self.jitted = None if self.data_dependent else jax.jit(
             self._body, donate_argnums=tuple(range(n_written)))
         # The common call (nothing written, one fresh result, buffers in argument order) takes a

@@ -56,6 +56,9 @@ class Lowering:
     # The op's meta function where PyTorch's is missing or encodes a CUDA-only restriction (neuron
     # behaves like CPU): takes the meta arguments, returns the meta result.
     meta: Callable | None = None
+    # Makes device-side checks (lowering/asserts.py): drivers thread the device's failure word
+    # through its executables.
+    checks: bool = False
 
 
 LOWERINGS: dict[torch._ops.OpOverload, Lowering] = {}

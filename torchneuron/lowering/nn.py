@@ -14,6 +14,7 @@ import torch
 from jax import lax
 
 from . import aten, lowers, opmath, opmath_dtype, overrides_meta
+from .asserts import check_index, device_assert
 from .reductions import _vector_norm
 
 _NONE, _MEAN, _SUM = 0, 1, 2  # at::Reduction
@@ -395,8 +396,11 @@ def _class_weights(self, target, weight, ignore_index):
     return jnp.where(target == ignore_index, 0, w), safe, class_dim
 
 
-@lowers(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default)
+@lowers(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default, checks=True)
 def nll_loss_forward(self, target, weight, reduction, ignore_index):
+    classes = self.shape[0 if self.ndim == 1 else 1]
+    device_assert((target == ignore_index) | ((target >= 0) & (target < classes)),
+                  f"target out of bounds for {classes} classes")
     w, safe, class_dim = _class_weights(self, target, weight, ignore_index)
     picked = jnp.take_along_axis(opmath(self), jnp.expand_dims(safe, class_dim), axis=class_dim)
     loss = -jnp.squeeze(picked, class_dim) * w
@@ -482,8 +486,9 @@ def huber_loss_backward(grad_output, self, target, reduction, delta):
 
 
 # --------------------------------------------------------------------------- embedding, dropout
-@lowers(aten.embedding.default)
+@lowers(aten.embedding.default, checks=True)
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    check_index(indices, weight.shape[0], "embedding index")
     return jnp.take(weight, indices, axis=0)
 
 
