@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from ..lowering import LOWERINGS
-from . import copies, driver, fallback
+from . import copies, driver, fallback, unsupported
 from .dynamo_skip import skip_recursively
 from .execute import fill_outs
 from .schema import inplace_packets, parse
@@ -133,6 +133,7 @@ def register_all() -> None:
             if _should_register(op):
                 _lib.impl(op, make_kernel(op), "PrivateUse1")
                 REGISTERED.append(op)
+    unsupported.register(_lib)  # refusals and redirects, before the fallback that they pre-empt
     _fallback_lib.fallback(fallback.dispatch, dispatch_key="PrivateUse1")
     skip_recursively(make_kernel(aten.add.Tensor), copies.copy_, copies.copy_from,
                      copies.local_scalar_dense, fallback.dispatch, driver.run_op)

@@ -112,7 +112,16 @@ def _embedding_bag(op, forward_only):
     return meta
 
 
+def _grid_sampler_2d_cpu_fallback_backward(grad_output, input, grid, interpolation_mode, padding_mode,
+                                           align_corners):
+    return aten.grid_sampler_2d_backward.default(grad_output, input, grid, interpolation_mode, padding_mode,
+                                                 align_corners, [True, True])
+
+
 META_OVERRIDES = {
+    # CPU's own path for grid_sampler_2d: the same results, and a composite kernel that is no meta kernel
+    aten._grid_sampler_2d_cpu_fallback.default: aten.grid_sampler_2d.default,
+    aten._grid_sampler_2d_cpu_fallback_backward.default: _grid_sampler_2d_cpu_fallback_backward,
     aten._embedding_bag.default: _embedding_bag(aten._embedding_bag.default, False),
     aten._embedding_bag_forward_only.default: _embedding_bag(aten._embedding_bag_forward_only.default, True),
     aten.histogram.bin_ct: _histogram,

@@ -284,7 +284,9 @@ def _cubic_weights_traced(t):
     return [far(t + 1), near(t), near(1 - t), far(2 - t)]
 
 
-@lowers(aten.grid_sampler_2d.default, aten.grid_sampler_3d.default)
+# _grid_sampler_2d_cpu_fallback is what grid_sampler_2d computes (CPU's path for unusual inputs); its
+# composite kernel would read our memory on the host.
+@lowers(aten.grid_sampler_2d.default, aten.grid_sampler_3d.default, aten._grid_sampler_2d_cpu_fallback.default)
 def grid_sampler(input, grid, interpolation_mode, padding_mode, align_corners):
     return _grid_sample(input, grid, interpolation_mode, padding_mode, align_corners)
 
@@ -296,3 +298,9 @@ def grid_sampler_backward(grad_output, input, grid, interpolation_mode, padding_
                      input, grid)
     grad_input, grad_grid = vjp(grad_output)
     return (grad_input if output_mask[0] else None, grad_grid if output_mask[1] else None)
+
+
+@lowers(aten._grid_sampler_2d_cpu_fallback_backward.default)
+def grid_sampler_cpu_fallback_backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners):
+    return grid_sampler_backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners,
+                                 (True, True))
