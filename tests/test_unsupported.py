@@ -1,5 +1,6 @@
 """Ops neuron refuses say so by name and say what to do instead; the ops whose composite kernels
-read host memory either compute on neuron as CPU does or are refused."""
+read host memory either compute on neuron as CPU does or are refused; quantized tensors are refused
+at every entry point, never detoured through CPU."""
 import pytest
 import torch
 
@@ -7,6 +8,7 @@ import torchneuron
 from torchneuron.eager.unsupported import REDIRECTED, REFUSED, UnsupportedOpError
 
 aten = torch.ops.aten
+QUANTIZED = "neuron has no quantized tensors"
 
 
 @pytest.fixture
@@ -80,3 +82,60 @@ def test_gru_cell_backward_on_valid_shapes_matches_cpu():
     got = aten._thnn_differentiable_gru_cell_backward(*[a.to("neuron") for a in args])
     for g, e in zip(got, expected):
         torch.testing.assert_close(g.cpu(), e, atol=1e-5, rtol=1e-5)
+
+
+QDTYPES = [torch.qint8, torch.quint8, torch.qint32]
+
+
+def _quantized_cpu(scheme, dtype):
+    x = torch.randn(3, 4)
+    if scheme == "per_tensor":
+        return torch.quantize_per_tensor(x, 0.05, 2, dtype)
+    return torch.quantize_per_channel(x, torch.tensor([0.05, 0.1, 0.2]), torch.tensor([0, 1, 2]), 0, dtype)
+
+
+@pytest.mark.parametrize("scheme", ["per_tensor", "per_channel"])
+@pytest.mark.parametrize("dtype", QDTYPES)
+def test_a_quantized_tensor_does_not_move_to_neuron(scheme, dtype, no_cpu_detour):
+    q = _quantized_cpu(scheme, dtype)
+    for move in (lambda: q.to("neuron"), lambda: q.neuron(), lambda: q.clone().to("neuron").flatten(),
+                 lambda: torch.empty(3, 4, device="neuron").copy_(q), lambda: q.copy_(torch.ones(3, 4, device="neuron"))):
+        with pytest.raises(UnsupportedOpError, match=f"{QUANTIZED} .*{dtype}.*q.dequantize\\(\\).to\\('neuron'\\)"):
+            move()
+    # the advised path moves CPU's values exactly, and CPU's quantized tensor is untouched
+    torch.testing.assert_close(q.dequantize().to("neuron").cpu(), q.dequantize())
+    torch.testing.assert_close(q.flatten().int_repr(), q.int_repr().flatten())
+
+
+@pytest.mark.parametrize("dtype", QDTYPES)
+def test_quantizing_a_neuron_tensor_is_refused_by_name(dtype, no_cpu_detour):
+    x = torch.randn(3, 4)
+    n = x.to("neuron")
+    scales, zero_points = torch.tensor([0.05, 0.1, 0.2]), torch.tensor([0, 1, 2])
+    calls = {
+        "quantize_per_tensor": lambda: torch.quantize_per_tensor(n, 0.05, 2, dtype),
+        "quantize_per_tensor.tensor_qparams": lambda: torch.quantize_per_tensor(
+            n, torch.tensor(0.05, device="neuron"), torch.tensor(2, device="neuron"), dtype),
+        "quantize_per_tensor.tensors": lambda: torch.quantize_per_tensor(
+            [n], torch.tensor([0.05]), torch.tensor([2]), dtype),
+        "quantize_per_channel": lambda: torch.quantize_per_channel(n, scales.to("neuron"), zero_points.to("neuron"),
+                                                                   0, dtype),
+        "quantize_per_tensor_dynamic": lambda: torch.quantize_per_tensor_dynamic(n, torch.quint8, False),
+        "_make_per_tensor_quantized_tensor": lambda: torch._make_per_tensor_quantized_tensor(
+            torch.zeros(3, 4, dtype=torch.int8, device="neuron"), 0.05, 2),
+        "_make_per_channel_quantized_tensor": lambda: torch._make_per_channel_quantized_tensor(
+            torch.zeros(3, 4, dtype=torch.int8, device="neuron"), scales.to("neuron"), zero_points.to("neuron"), 0),
+        "empty": lambda: torch.empty(3, 4, dtype=dtype, device="neuron"),
+        "_empty_affine_quantized": lambda: torch._empty_affine_quantized([3, 4], dtype=dtype, device="neuron"),
+        "_empty_per_channel_affine_quantized": lambda: torch._empty_per_channel_affine_quantized(
+            [3, 4], scales=scales.to("neuron"), zero_points=zero_points.to("neuron"), axis=0, dtype=dtype,
+            device="neuron"),
+    }
+    for name, call in calls.items():
+        op = name.partition(".")[0]
+        with pytest.raises(UnsupportedOpError, match=f"aten::{op}.*{QUANTIZED}|{QUANTIZED} \\(aten::{op}"):
+            call()
+    # quantizing on CPU, as advised, is CPU's own result
+    got = torch.quantize_per_tensor(n.cpu(), 0.05, 2, dtype)
+    expected = torch.quantize_per_tensor(x, 0.05, 2, dtype)
+    assert torch.equal(got.int_repr(), expected.int_repr())

@@ -133,7 +133,7 @@ def register_all() -> None:
             if _should_register(op):
                 _lib.impl(op, make_kernel(op), "PrivateUse1")
                 REGISTERED.append(op)
-    unsupported.register(_lib)  # refusals and redirects, before the fallback that they pre-empt
+    unsupported.register(_lib, _fallback_lib)  # refusals, redirects, the quantized fallback
     _fallback_lib.fallback(fallback.dispatch, dispatch_key="PrivateUse1")
     skip_recursively(make_kernel(aten.add.Tensor), copies.copy_, copies.copy_from,
                      copies.local_scalar_dense, fallback.dispatch, driver.run_op)

@@ -1,4 +1,5 @@
-"""Ops neuron refuses, each with an error that says what to use instead: never a crash.
+"""Ops neuron refuses, each with an error that says what to use instead: never a crash, never a
+silent trip through CPU.
 
 Host-memory kernels: some ops' only kernel is PyTorch composite code that reads tensor memory on
 the host (NNPACK, fbgemm, SobolEngine's state). A neuron tensor's data pointer is a handle inside
@@ -6,6 +7,12 @@ a PROT_NONE reservation, so such code kills the process. `python -m torchneuron.
 finds them by calling every op whose neuron kernel is composite; each find gets an entry in
 REFUSED, a kernel in REDIRECTED, or a lowering where the table already computes its work
 (`_grid_sampler_2d_cpu_fallback` is `grid_sampler_2d`).
+
+Quantized tensors: neuron has none (see docs/DESIGN.md). The ops that make one from a float
+tensor are refused by name; anything else that asks for a quantized neuron tensor (`.to("neuron")`
+of a quantized tensor, `torch.empty(..., dtype=torch.qint8, device="neuron")`, copies between a
+quantized tensor and a neuron one) reaches the QuantizedPrivateUse1 fallback, which refuses with
+the same advice.
 """
 from __future__ import annotations
 
@@ -19,6 +26,10 @@ class UnsupportedOpError(NotImplementedError):
 
 
 _READS_HOST = "its only kernel reads tensor memory on the host"
+_QUANTIZED_ADVICE = ("quantize and dequantize on CPU (q.dequantize().to('neuron') moves the values), or "
+                     "simulate quantization with torch.ao.quantization's fake-quant ops "
+                     "(torch.fake_quantize_per_tensor_affine, torch.fake_quantize_per_channel_affine), "
+                     "which run on neuron")
 # Op packet (every overload of it) -> why neuron refuses it and what to use instead.
 REFUSED: dict[str, str] = {
     "aten::_nnpack_spatial_convolution": f"{_READS_HOST} (NNPACK is a CPU library); use "
@@ -31,6 +42,9 @@ REFUSED: dict[str, str] = {
     **{f"aten::_sobol_engine_{step}": f"{_READS_HOST}; torch.quasirandom.SobolEngine keeps its state on "
                                       "CPU: draw there and move the samples (engine.draw(n).to('neuron'))"
        for step in ("draw", "ff_", "scramble_", "initialize_state_")},
+    **{f"aten::{name}": f"neuron has no quantized tensors; {_QUANTIZED_ADVICE}"
+       for name in ("quantize_per_tensor", "quantize_per_tensor_dynamic", "quantize_per_channel",
+                    "_make_per_tensor_quantized_tensor", "_make_per_channel_quantized_tensor")},
 }
 
 
@@ -51,8 +65,16 @@ def _refusal(name: str, reason: str):
     return kernel
 
 
-def register(lib: torch.library.Library) -> None:
-    """Register the refusals and redirects as PrivateUse1 kernels."""
+def _refuse_quantized(op, *args, **kwargs):
+    dtype = kwargs.get("dtype") or next(
+        (a.dtype for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor) and a.is_quantized), None)
+    asked = f"{op.name()} got a {dtype} tensor for neuron" if dtype is not None else op.name()
+    raise UnsupportedOpError(f"neuron has no quantized tensors ({asked}): {_QUANTIZED_ADVICE}")
+
+
+def register(lib: torch.library.Library, fallback_lib: torch.library.Library) -> None:
+    """Register the refusals and redirects as PrivateUse1 kernels, and the quantized refusal as
+    the QuantizedPrivateUse1 fallback."""
     for name, reason in REFUSED.items():
         packet = getattr(aten, name.partition("::")[2])
         for overload in packet.overloads():
@@ -60,3 +82,4 @@ def register(lib: torch.library.Library) -> None:
             lib.impl(op, _refusal(name, reason), "PrivateUse1")
     for op, kernel in REDIRECTED.items():
         lib.impl(op, kernel, "PrivateUse1")
+    fallback_lib.fallback(_refuse_quantized, dispatch_key="QuantizedPrivateUse1")
