@@ -67,7 +67,7 @@ def lowers(*ops: torch._ops.OpOverload, **options) -> Callable:
 
 FAMILIES = ("elementwise", "reductions", "shape", "indexing", "linalg", "nn", "factories", "random", "foreach",
             "views", "extra", "sampling", "pooling", "activations", "fft", "polynomials", "special",
-            "embedding_bag", "ctc")
+            "embedding_bag", "ctc", "fake_quant")
 
 
 def load_all() -> dict:
