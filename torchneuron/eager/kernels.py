@@ -3,6 +3,8 @@
 - every op of the lowering table, with its in-place and out= variants, gets a PrivateUse1
   kernel that runs the driver;
 - copies and `.item()` get their own kernels (they cross the host/device boundary);
+- ops neuron refuses (their only kernel reads host memory; quantized tensors) get kernels that say
+  so and what to use instead (unsupported.py);
 - everything else reaches one boxed fallback that, in order, aliases views through their
   meta kernel, runs PyTorch's decomposition on the device, or runs on CPU counted.
 """
