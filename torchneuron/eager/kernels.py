@@ -3,6 +3,8 @@
 - every op of the lowering table, with its in-place and out= variants, gets a PrivateUse1
   kernel that runs the driver;
 - copies and `.item()` get their own kernels (they cross the host/device boundary);
+- ops neuron refuses (their only kernel reads host memory; quantized tensors) get kernels that say
+  so and what to use instead (unsupported.py);
 - everything else reaches one boxed fallback that, in order, aliases views through their
   meta kernel, runs PyTorch's decomposition on the device, or runs on CPU counted.
 """
@@ -11,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from ..lowering import LOWERINGS
-from . import copies, driver, fallback
+from . import copies, driver, fallback, unsupported
 from .dynamo_skip import skip_recursively
 from .execute import fill_outs
 from .schema import inplace_packets, parse
@@ -133,6 +135,7 @@ def register_all() -> None:
             if _should_register(op):
                 _lib.impl(op, make_kernel(op), "PrivateUse1")
                 REGISTERED.append(op)
+    unsupported.register(_lib, _fallback_lib)  # refusals, redirects, the quantized fallback
     _fallback_lib.fallback(fallback.dispatch, dispatch_key="PrivateUse1")
     skip_recursively(make_kernel(aten.add.Tensor), copies.copy_, copies.copy_from,
                      copies.local_scalar_dense, fallback.dispatch, driver.run_op)

@@ -114,7 +114,7 @@ def opmath(x):
 
 FAMILIES = ("elementwise", "reductions", "shape", "indexing", "linalg", "nn", "factories", "random", "foreach",
             "views", "histograms", "sampling", "pooling", "activations", "fft", "polynomials", "special",
-            "embedding_bag", "ctc", "amp")
+            "embedding_bag", "ctc", "amp", "fake_quant")
 
 
 def load_all() -> dict:

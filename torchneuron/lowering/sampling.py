@@ -283,9 +283,15 @@ def _cubic_weights_traced(t):
     return [far(t + 1), near(t), near(1 - t), far(2 - t)]
 
 
+# _grid_sampler_2d_cpu_fallback is what grid_sampler_2d computes (CPU's path for unusual inputs); its
+# composite kernel would read our memory on the host.
 @lowers(aten.grid_sampler_2d.default, aten.grid_sampler_3d.default)
 def grid_sampler(input, grid, interpolation_mode, padding_mode, align_corners):
     return _grid_sample(input, grid, interpolation_mode, padding_mode, align_corners)
+
+
+# (its composite kernel is no meta kernel: grid_sampler_2d's gives the same result)
+lowers(aten._grid_sampler_2d_cpu_fallback.default, meta=aten.grid_sampler_2d.default)(grid_sampler)
 
 
 @lowers(aten.grid_sampler_2d_backward.default, aten.grid_sampler_3d_backward.default)
@@ -295,3 +301,15 @@ def grid_sampler_backward(grad_output, input, grid, interpolation_mode, padding_
                      input, grid)
     grad_input, grad_grid = vjp(grad_output)
     return (grad_input if output_mask[0] else None, grad_grid if output_mask[1] else None)
+
+
+def _grid_sampler_2d_cpu_fallback_backward_meta(grad_output, input, grid, interpolation_mode, padding_mode,
+                                                align_corners):
+    return aten.grid_sampler_2d_backward.default(grad_output, input, grid, interpolation_mode, padding_mode,
+                                                 align_corners, [True, True])
+
+
+@lowers(aten._grid_sampler_2d_cpu_fallback_backward.default, meta=_grid_sampler_2d_cpu_fallback_backward_meta)
+def grid_sampler_cpu_fallback_backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners):
+    return grid_sampler_backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners,
+                                 (True, True))
