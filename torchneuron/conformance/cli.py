@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from . import report
-from .report import VARIANTS
+from .report import DEFAULT_VARIANTS, VARIANTS
 
 DEFAULT_DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "bool", "complex64")
 GRADIENT_VARIANTS = ("backward", "forward_ad")
@@ -24,8 +24,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=300, help="seconds per op (all its dtypes)")
     p.add_argument("--max-samples", type=int, default=8, help="sample inputs per op x dtype x variant")
     p.add_argument("--out", type=Path, default=Path("conformance"), help="output folder")
-    p.add_argument("--variants", nargs="*", choices=VARIANTS, default=list(VARIANTS),
-                   help="what to compare (default: all); e.g. `--variants errors` for error parity alone")
+    p.add_argument("--variants", nargs="*", choices=VARIANTS, default=list(DEFAULT_VARIANTS),
+                   help="what to compare (default: all but errors); `--variants errors` for error parity alone")
     p.add_argument("--no-backward", action="store_true", help="skip gradient checks (reverse and forward mode)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--from-records", type=Path, nargs="+", metavar="JSONL",
@@ -83,7 +83,8 @@ class _Progress:
 
 
 def run_conformance(ops=("*",), dtypes=DEFAULT_DTYPES, jobs=2, timeout=300.0, max_samples=8,
-                    out=Path("conformance"), backward=True, quiet=False, command="", variants=VARIANTS) -> dict:
+                    out=Path("conformance"), backward=True, quiet=False, command="",
+                    variants=DEFAULT_VARIANTS) -> dict:
     """Run the selected OpInfos and write the report to out; returns the summary. `variants` names
     what to compare (VARIANTS); backward=False drops the gradient ones from it."""
     import jax
