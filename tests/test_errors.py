@@ -37,6 +37,20 @@ def test_outs_filled_after_the_fact_are_checked_as_pytorch_does():
         torch.nonzero(x, out=torch.empty(0, dtype=torch.long))
 
 
+def test_an_out_that_is_also_an_input_is_refused_not_resized_forever():
+    x, y = torch.empty(0).to("neuron"), torch.ones(2, 3).to("neuron")
+    with pytest.raises(RuntimeError, match="the written-to tensor refer to a single memory location"):
+        torch.cat((x, y), out=x)
+
+
+def test_copying_to_neuron_leaves_the_cpu_tensor_resizable():
+    # Tensor.numpy() would mark the storage not resizable for good
+    for t in (torch.ones(3), torch.ones(3, dtype=torch.bfloat16)):
+        t.to("neuron")
+        t.resize_(5)
+        assert t.shape == (5,)
+
+
 def test_shape_errors_are_pytorchs_own():
     a, b = torch.ones(3).to("neuron"), torch.ones(4).to("neuron")
     with pytest.raises(RuntimeError, match="(must match the size of tensor b|broadcast a dimension of length 4)"):
