@@ -523,7 +523,7 @@ def _device_problem(exc) -> dict | None:
     detail = classify.error_detail(exc)
     if not isinstance(exc, RuntimeError):
         return {"kind": "other-type", "message": f"raised {detail['type']}: {detail['message']}; expected RuntimeError"}
-    if "device" in str(exc) and "meta" not in str(exc):
+    if "device" in str(exc).lower() and "meta" not in str(exc):
         return None
     return {"kind": "other-message",
             "message": f"raised {detail['type']}: {detail['message']}; expected a device mismatch error"}
