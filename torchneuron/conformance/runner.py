@@ -486,7 +486,7 @@ def _out_errors(op, dtype, tol, shape_only, limit, v: _ErrorParity) -> None:
         if cpu_exc is not None:
             v.check("out= of an unsafe dtype", classify.compare_errors(exc, cpu_exc))
         else:
-            v.check("out= of an unsafe dtype", _out_agrees(out, exc, cpu_out, [], [], tol, shape_only))
+            v.check("out= of an unsafe dtype", _out_agrees(sample, out, exc, cpu_out, [], [], tol, shape_only))
 
     mover = _Mover(skips.host_tensors(name, sample))
     moved = mover([sample.input, sample.args, sample.kwargs])
@@ -501,17 +501,17 @@ def _out_errors(op, dtype, tol, shape_only, limit, v: _ErrorParity) -> None:
     if cpu_exc is not None:
         v.check("out= of a wrong shape", classify.compare_errors(exc, cpu_exc))
     else:
-        v.check("out= of a wrong shape", _out_agrees(out, exc, cpu_out, warned, cpu_warned, tol, shape_only))
+        v.check("out= of a wrong shape", _out_agrees(sample, out, exc, cpu_out, warned, cpu_warned, tol, shape_only))
 
 
-def _out_agrees(out, exc, cpu_out, warned, cpu_warned, tol, shape_only) -> dict | None:
+def _out_agrees(sample, out, exc, cpu_out, warned, cpu_warned, tol, shape_only) -> dict | None:
     """Where CPU accepted the out= tensors: neuron too, with CPU's values and its resize warning."""
     if exc is not None:
         detail = classify.error_detail(exc)
         return {"kind": "other-type", "message": f"raised {detail['type']}: {detail['message']}; CPU raised nothing"}
     if any("resized" in w for w in cpu_warned) and not any("resized" in w for w in warned):
         return {"kind": "no-warning", "message": f"no warning; CPU warned: {cpu_warned[0][:200]}"}
-    problem = classify.compare(out, cpu_out, *tol, shape_only=shape_only)
+    problem = _compare_processed(sample, out, cpu_out, tol, shape_only)  # (eigenvector signs dropped)
     return problem and {"kind": "other-value", "message": problem["message"]}
 
 
