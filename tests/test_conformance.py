@@ -1,8 +1,10 @@
 """The OpInfo conformance tool: its classifier on synthetic ops, and a fast slice of op_db."""
 from __future__ import annotations
 
+import functools
 import json
 import os
+import warnings
 
 import pytest
 import torch
@@ -13,7 +15,7 @@ from torchneuron.eager import fallback
 
 # isort: split
 from torch.testing import make_tensor
-from torch.testing._internal.opinfo.core import OpInfo, SampleInput
+from torch.testing._internal.opinfo.core import ErrorInput, OpInfo, SampleInput
 
 # Common ops across the lowering families, most important first; the test runs the first
 # CONFORMANCE_SLICE of them (default 40; 50 took 2-6 minutes on 2 busy cores) in float32, forward + backward.
@@ -230,6 +232,112 @@ def test_arguments_pytorch_keeps_on_cpu_stay_there():
     op = next(o for o in runner.load_op_db() if o.name == "tensor_split")
     record = runner.run_op_dtype(op, torch.float32, max_samples=4)
     assert record["status"] == "pass", record
+
+
+def _erring_opinfo(name, fn, error_regex="must be positive", error_type=RuntimeError, **kwargs):
+    """An OpInfo whose one error input is a tensor of negatives, which `fn` should reject."""
+    def error_inputs(op, device, **kwargs):
+        sample = SampleInput(make_tensor((3,), device=device, dtype=torch.float32, low=-2, high=-1))
+        yield ErrorInput(sample, error_type=error_type, error_regex=error_regex)
+
+    return OpInfo(name, op=fn, dtypes=(torch.float32,), sample_inputs_func=lambda *a, **k: iter(()),
+                  error_inputs_func=error_inputs, supports_out=False, **kwargs)
+
+
+def _rejects_negatives(neuron_error=None, message="input must be positive"):
+    """Raises RuntimeError(message) on CPU for negative input; on neuron raises neuron_error (None:
+    raises nothing)."""
+    def op(x):
+        if (x < 0).any():
+            if x.device.type == "cpu":
+                raise RuntimeError(message)
+            if neuron_error is not None:
+                raise neuron_error
+        return x.clone()
+
+    return op
+
+
+def _errors_of(op) -> dict:
+    return runner.run_op_dtype(op, torch.float32, variants=("errors",))["variants"]["errors"]
+
+
+def test_errors_pass_when_neuron_raises_what_cpu_raises():
+    op = _erring_opinfo("synthetic_rejects", _rejects_negatives(RuntimeError("input must be positive, got -1")))
+    errors = _errors_of(op)
+    assert errors["status"] == "pass" and errors["samples"] == 1, errors
+    # a subclass of CPU's type is the same error, more precisely (NotImplementedError is a RuntimeError)
+    op = _erring_opinfo("synthetic_rejects_subclass", _rejects_negatives(NotImplementedError("must be positive")))
+    assert _errors_of(op)["status"] == "pass"
+
+
+@pytest.mark.parametrize("neuron_error, kind", [
+    (None, "no-error"),
+    (ValueError("input must be positive"), "other-type"),
+    (RuntimeError("bad input"), "other-message"),
+])
+def test_errors_mismatch_names_what_neuron_did(neuron_error, kind):
+    record = runner.run_op_dtype(_erring_opinfo("synthetic_rejects", _rejects_negatives(neuron_error)),
+                                 torch.float32, variants=("errors",))
+    errors = record["variants"]["errors"]
+    assert record["status"] == "mismatch" and errors["status"] == "mismatch", record
+    assert errors["kind"] == kind and errors["sample"] == "error input 0"
+    assert record["reason"].startswith("errors: error input 0: ")
+
+
+def test_errors_compare_cpu_message_when_regex_is_stale():
+    # CPU's message does not match the OpInfo's regex: neuron's is held to CPU's first line instead
+    stale = "an old wording"
+    same = _erring_opinfo("synthetic_stale", _rejects_negatives(RuntimeError("input must be positive")), stale)
+    assert _errors_of(same)["status"] == "pass"
+    other = _erring_opinfo("synthetic_stale", _rejects_negatives(RuntimeError("input must be positive!")), stale)
+    assert _errors_of(other)["kind"] == "other-message"
+
+
+def test_errors_skip_inputs_cpu_accepts():
+    op = _erring_opinfo("synthetic_accepts", lambda x: x.clone())
+    errors = _errors_of(op)
+    assert errors["status"] == "skipped" and errors["cpu_fails"] == 1, errors
+
+
+def _copy_out(x, *, out=None, check_device=True):
+    """A copy with out= as ATen treats it: dtype and device checked, a wrong shape resized with a warning."""
+    if out is None:
+        return x.clone()
+    if out.dtype != x.dtype:
+        raise RuntimeError(f"result type {x.dtype} can't be cast to the desired output type {out.dtype}")
+    if check_device and out.device != x.device:
+        raise RuntimeError(f"Expected out tensor on device {x.device}, but got {out.device}")
+    if out.numel() and out.shape != x.shape:
+        warnings.warn(f"An output with one or more elements was resized since it had shape {list(out.shape)}")
+    return out.resize_(x.shape).copy_(x)
+
+
+def _out_opinfo(name, fn):
+    def samples(op, device, dtype, requires_grad, **kwargs):
+        yield SampleInput(make_tensor((3, 4), device=device, dtype=dtype))
+
+    return OpInfo(name, op=fn, dtypes=(torch.float32,), sample_inputs_func=samples, supports_autograd=False)
+
+
+def test_errors_check_wrong_out_tensors():
+    errors = _errors_of(_out_opinfo("synthetic_copy", _copy_out))
+    assert errors["status"] == "pass" and errors["samples"] == 3, errors
+    # out= tensors on CPU accepted for a neuron op: CUDA would raise
+    errors = _errors_of(_out_opinfo("synthetic_copy_any_device", functools.partial(_copy_out, check_device=False)))
+    assert errors["status"] == "mismatch" and errors["sample"] == "out= on CPU" and errors["kind"] == "no-error"
+
+
+def test_errors_report_row_and_cases(tmp_path):
+    record = runner.run_op_dtype(_erring_opinfo("synthetic_rejects", _rejects_negatives(None)), torch.float32,
+                                 variants=("errors",))
+    summary = report.write(tmp_path, [record], {"torch": "", "jax": "", "seconds": 0, "command": "",
+                                                "args": {"jobs": 1}})
+    assert summary["errors"] == {"pass": 0, "ran": 1, "rate": 0.0}
+    assert summary["error_cases"]["kinds"] == {"no-error": 1}
+    text = (tmp_path / "conformance.md").read_text()
+    assert "| errors | 0.0% (0/1) |" in text
+    assert "| synthetic_rejects | float32 | error input 0 | no-error |" in text
 
 
 def test_fast_slice(tmp_path):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 from torch.utils._pytree import tree_flatten
@@ -133,12 +134,43 @@ def error_detail(exc: BaseException) -> dict:
     return {"type": type(exc).__name__, "message": lines[0][:300] if lines else ""}
 
 
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def _device_neutral(message: str) -> str:
+    """The message with neuron's device names written as CPU's, so the same error reads the same."""
+    return re.sub(r"\bneuron(:\d+)?", "cpu", message)
+
+
+def compare_errors(actual: BaseException | None, expected: BaseException, regex=None) -> dict | None:
+    """None when neuron's exception (actual; None: it raised nothing) matches CPU's (expected), else
+    a mismatch detail with its kind: 'no-error', 'other-type' or 'other-message'. The type must be
+    CPU's or a subclass. The message must match `regex` (an ErrorInput's error_regex) when CPU's
+    does; otherwise its first line must be CPU's, device names aside."""
+    cpu = f"{type(expected).__name__}: {_first_line(expected)}"
+    if actual is None:
+        return {"kind": "no-error", "message": f"no error; CPU raised {cpu}"[:300]}
+    neuron = f"{type(actual).__name__}: {_first_line(actual)}"
+    if not isinstance(actual, type(expected)):
+        return {"kind": "other-type", "message": f"raised {neuron}; CPU raised {cpu}"[:300]}
+    if regex is not None and re.search(regex, str(expected)):
+        if re.search(regex, str(actual)):
+            return None
+        pattern = getattr(regex, "pattern", regex)
+        return {"kind": "other-message", "message": f"raised {neuron}; not matching {pattern!r}"[:300]}
+    if _device_neutral(_first_line(actual)) == _device_neutral(_first_line(expected)):
+        return None
+    return {"kind": "other-message", "message": f"raised {neuron}; CPU raised {cpu}"[:300]}
+
+
 def classify(variants: dict[str, dict], fallbacks: dict[str, int]) -> tuple[str, str]:
     """(status, reason) of an op x dtype from its variants' results and the CPU fallbacks it caused."""
     ran = {k: v for k, v in variants.items() if v["status"] != "skipped"}
     if not ran:
-        forward = variants.get("forward", {})
-        return "skipped", forward.get("reason", "no variant ran")
+        first = variants.get("forward") or next(iter(variants.values()), {})
+        return "skipped", first.get("reason", "no variant ran")
     for status in ("error", "mismatch"):
         for name, v in ran.items():
             if v["status"] == status:

@@ -10,8 +10,10 @@ import time
 from pathlib import Path
 
 from . import report
+from .report import DEFAULT_VARIANTS, VARIANTS
 
 DEFAULT_DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "bool", "complex64")
+GRADIENT_VARIANTS = ("backward", "forward_ad")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -22,6 +24,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=300, help="seconds per op (all its dtypes)")
     p.add_argument("--max-samples", type=int, default=8, help="sample inputs per op x dtype x variant")
     p.add_argument("--out", type=Path, default=Path("conformance"), help="output folder")
+    p.add_argument("--variants", nargs="*", choices=VARIANTS, default=list(DEFAULT_VARIANTS),
+                   help="what to compare (default: all but errors); `--variants errors` for error parity alone")
     p.add_argument("--no-backward", action="store_true", help="skip gradient checks (reverse and forward mode)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--from-records", type=Path, nargs="+", metavar="JSONL",
@@ -79,8 +83,10 @@ class _Progress:
 
 
 def run_conformance(ops=("*",), dtypes=DEFAULT_DTYPES, jobs=2, timeout=300.0, max_samples=8,
-                    out=Path("conformance"), backward=True, quiet=False, command="") -> dict:
-    """Run the selected OpInfos and write the report to out; returns the summary."""
+                    out=Path("conformance"), backward=True, quiet=False, command="",
+                    variants=DEFAULT_VARIANTS) -> dict:
+    """Run the selected OpInfos and write the report to out; returns the summary. `variants` names
+    what to compare (VARIANTS); backward=False drops the gradient ones from it."""
     import jax
     import torch
 
@@ -88,6 +94,7 @@ def run_conformance(ops=("*",), dtypes=DEFAULT_DTYPES, jobs=2, timeout=300.0, ma
     from .pool import run_tasks
     from .runner import full_name, load_op_db
 
+    variants = tuple(v for v in variants if backward or v not in GRADIENT_VARIANTS)
     op_db = load_op_db()
     families = {full_name(op): family(op) for op in op_db}
     tasks = select(op_db, list(ops), list(dtypes))
@@ -104,14 +111,14 @@ def run_conformance(ops=("*",), dtypes=DEFAULT_DTYPES, jobs=2, timeout=300.0, ma
 
     start = time.monotonic()
     try:
-        run_tasks(tasks, jobs, timeout, backward, max_samples, families.get, done)
+        run_tasks(tasks, jobs, timeout, variants, max_samples, families.get, done)
     finally:
         progress.close()
         stream.close()
     meta = {"torch": torch.__version__, "jax": jax.__version__, "seconds": time.monotonic() - start,
             "command": command or "torchneuron-conformance",
             "args": {"ops": list(ops), "dtypes": list(dtypes), "jobs": jobs, "timeout": timeout,
-                     "max_samples": max_samples, "backward": backward}}
+                     "max_samples": max_samples, "variants": list(variants)}}
     return report.write(Path(out), records, meta)
 
 
@@ -145,7 +152,7 @@ def main(argv=None) -> None:
     else:
         summary = run_conformance(args.ops, args.dtypes, args.jobs, args.timeout, args.max_samples, args.out,
                                   not args.no_backward, args.quiet,
-                                  command="torchneuron-conformance " + shlex.join(argv))
+                                  command="torchneuron-conformance " + shlex.join(argv), variants=args.variants)
     overall = summary["overall"]
     rate = "-" if overall["rate"] is None else f"{100 * overall['rate']:.1f}%"
     print(f"{summary['ops']} ops, {summary['records']} records: pass {rate}; {summary['counts']}; "

@@ -16,7 +16,7 @@ STARTUP_TIMEOUT = 600  # importing torch, torchneuron and op_db takes ~20 s, mor
 TASKS_PER_WORKER = 100  # a fresh process now and then bounds the growth of JAX's compile caches
 
 
-def _worker(conn, backward: bool, max_samples: int) -> None:
+def _worker(conn, variants: tuple[str, ...], max_samples: int) -> None:
     # Count fallbacks instead of refusing them. Set on config, not the environment: unpickling this
     # function imported torchneuron (and read the environment) before it ran.
     config.FALLBACK = "cpu"
@@ -32,14 +32,14 @@ def _worker(conn, backward: bool, max_samples: int) -> None:
     conn.send(("ready",))
     while (task := conn.recv()) is not None:
         name, dtypes = task
-        records = [run_op_dtype(ops[name], getattr(torch, d), backward, max_samples) for d in dtypes]
+        records = [run_op_dtype(ops[name], getattr(torch, d), variants, max_samples) for d in dtypes]
         conn.send(("done", records))
 
 
 class _Slot:
-    def __init__(self, ctx, backward, max_samples):
+    def __init__(self, ctx, variants, max_samples):
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker, args=(child, backward, max_samples), daemon=True)
+        self.proc = ctx.Process(target=_worker, args=(child, variants, max_samples), daemon=True)
         self.proc.start()
         child.close()
         self.ready, self.task, self.done = False, None, 0
@@ -70,14 +70,14 @@ def _failed(task, reason, family_of) -> list[dict]:
              "variants": {}, "fallbacks": {}, "seconds": 0.0} for d in dtypes]
 
 
-def run_tasks(tasks, jobs, timeout, backward, max_samples, family_of, on_done):
+def run_tasks(tasks, jobs, timeout, variants, max_samples, family_of, on_done):
     """Run (op name, [dtype names]) tasks; on_done(task, records) is called as each finishes."""
     ctx = mp.get_context("spawn")
     pending = collections.deque(tasks)
     slots: list[_Slot] = []
     while pending or any(s.task for s in slots):
         while len(slots) < min(jobs, len(pending) + sum(1 for s in slots if s.task)):
-            slots.append(_Slot(ctx, backward, max_samples))
+            slots.append(_Slot(ctx, variants, max_samples))
         for s in slots:
             if s.ready and s.task is None and pending:
                 s.send(pending.popleft(), timeout)

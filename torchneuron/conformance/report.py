@@ -5,6 +5,12 @@ import collections
 import json
 from pathlib import Path
 
+# Every variant, in report order (the runner runs those selected that apply to an OpInfo).
+VARIANTS = ("forward", "backward", "forward_ad", "out", "inplace", "errors")
+# Those run unless others are asked for: the values. Error parity is asked for by name (`--variants`),
+# so that a wrong message does not hide a right value in a record's status.
+DEFAULT_VARIANTS = ("forward", "backward", "forward_ad", "out", "inplace")
+
 
 def _rate(records, ok=lambda r: r["status"] == "pass") -> dict:
     ran = [r for r in records if r["status"] != "skipped"]
@@ -17,6 +23,18 @@ def _variant_rate(records, variant) -> dict:
            if variant in r["variants"] and r["variants"][variant]["status"] != "skipped"]
     passed = sum(1 for v in ran if v["status"] == "pass")
     return {"pass": passed, "ran": len(ran), "rate": passed / len(ran) if ran else None}
+
+
+def _error_cases(records) -> dict:
+    """Error parity counted by case (one error input or out= check) rather than by record, with the
+    mismatches by kind (no-error, other-type, other-message, ...)."""
+    ran = [r["variants"]["errors"] for r in records
+           if "errors" in r["variants"] and r["variants"]["errors"]["status"] != "skipped"]
+    checked = sum(v.get("samples", 0) for v in ran)
+    mismatched = sum(v.get("mismatched", 0) for v in ran)
+    kinds = collections.Counter(c["kind"] for v in ran for c in v.get("cases", ()))
+    return {"pass": checked - mismatched, "ran": checked, "rate": (checked - mismatched) / checked if checked else None,
+            "kinds": dict(kinds.most_common())}
 
 
 def _grouped(records, key) -> dict:
@@ -33,11 +51,8 @@ def summarize(records) -> dict:
         "ops": len({r["op"] for r in records}),
         "counts": dict(collections.Counter(r["status"] for r in records)),
         "overall": _rate(records),
-        "forward": _variant_rate(records, "forward"),
-        "backward": _variant_rate(records, "backward"),
-        "out": _variant_rate(records, "out"),
-        "inplace": _variant_rate(records, "inplace"),
-        "forward_ad": _variant_rate(records, "forward_ad"),
+        **{variant: _variant_rate(records, variant) for variant in VARIANTS},
+        "error_cases": _error_cases(records),
         "by_dtype": _grouped(records, "dtype"),
         "by_family": _grouped(records, "family"),
         "fallback_ops": dict(collections.Counter(op for r in records for op in r["fallbacks"])),
@@ -57,8 +72,9 @@ def markdown(summary: dict, records, meta: dict) -> str:
               "variant passes and nothing fell back to CPU."), "",
              "| scope | pass rate |", "| --- | --- |",
              f"| overall | {_pct(summary['overall'])} |"]
-    for variant in ("forward", "backward", "forward_ad", "out", "inplace"):
+    for variant in VARIANTS:
         lines.append(f"| {variant} | {_pct(summary[variant])} |")
+    lines.append(f"| errors, by case | {_pct(summary['error_cases'])} |")
     statuses = ("pass", "mismatch", "error", "used-fallback", "skipped")
     lines += ["", "Records by status: " + ", ".join(f"{s} {summary['counts'].get(s, 0)}" for s in statuses)]
     for title, key in (("By dtype", "by_dtype"), ("By family", "by_family")):
@@ -71,6 +87,7 @@ def markdown(summary: dict, records, meta: dict) -> str:
     lines += ["", f"## Failures ({len(failures)})", "", "| op | dtype | status | reason |",
               "| --- | --- | --- | --- |"]
     lines += [f"| {r['op']} | {r['dtype']} | {r['status']} | {_cell(r['reason'])} |" for r in failures]
+    lines += _error_section(records, summary["error_cases"])
     fell_back = [r for r in records if r["fallbacks"]]
     lines += ["", f"## Ops that used the CPU fallback ({len(fell_back)})", "", "| op | dtype | aten ops |",
               "| --- | --- | --- |"]
@@ -79,6 +96,20 @@ def markdown(summary: dict, records, meta: dict) -> str:
     lines += ["", "## Skipped", "", "| reason | records |", "| --- | --- |"]
     lines += [f"| {reason} | {n} |" for reason, n in skipped.most_common()]
     return "\n".join(lines) + "\n"
+
+
+def _error_section(records, cases: dict) -> list[str]:
+    """Every error-parity mismatch, one row per case: what neuron did against what CPU did."""
+    rows = [(r["op"], r["dtype"], c) for r in records if r["variants"].get("errors", {}).get("status") == "mismatch"
+            for c in r["variants"]["errors"].get("cases", ())]
+    if not rows and not cases["ran"]:
+        return []
+    kinds = ", ".join(f"{kind} {n}" for kind, n in cases["kinds"].items()) or "none"
+    lines = ["", f"## Error parity mismatches ({len(rows)})", "",
+             (f"Each case is one error input (`OpInfo.error_inputs`) or out= check (unsafe dtype, CPU tensors, "
+              f"wrong shape); {cases['ran']} cases checked. Mismatches by kind: {kinds}."), "",
+             "| op | dtype | case | kind | what neuron did |", "| --- | --- | --- | --- | --- |"]
+    return lines + [f"| {op} | {dtype} | {c['case']} | {c['kind']} | {_cell(c['reason'])} |" for op, dtype, c in rows]
 
 
 def _cell(text: str) -> str:

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import itertools
 import time
+import warnings
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from . import classify, families, skips
+from .report import DEFAULT_VARIANTS
 
 
 def load_op_db():
@@ -46,6 +48,8 @@ class _Mover:
         return tree_map(self._move, value)
 
     def _copy(self, v: torch.Tensor) -> torch.Tensor:
+        if v.device.type == "meta":  # as an error input puts it, on every device (gradient's)
+            return v
         plain = v.layout == torch.strided and v.device.type == "cpu" and not (v.is_conj() or v.is_neg())
         if not plain or v.untyped_storage().nbytes() == 0:
             return v.detach().to("neuron")
@@ -159,6 +163,36 @@ class _Variant:
     def mismatch(self, index, problem):
         self.failure = {"status": "mismatch", "sample": index, "reason": problem["message"],
                         **{k: problem[k] for k in ("max_abs", "max_rel") if k in problem}}
+
+
+class _ErrorParity:
+    """Counts the error cases of one op x dtype (error inputs, wrong out= tensors) and keeps every
+    mismatch: unlike a value mismatch, one wrong message says nothing about the next case."""
+
+    MAX_KEPT = 20
+
+    def __init__(self):
+        self.checked = self.failed = self.cpu_fails = 0
+        self.mismatches: list[dict] = []
+        self.skip_reason: str | None = None
+
+    def check(self, case: str, problem: dict | None) -> None:
+        self.checked += 1
+        if problem and len(self.mismatches) < self.MAX_KEPT:
+            self.mismatches.append({"case": case, "kind": problem["kind"], "reason": problem["message"]})
+        self.failed += bool(problem)
+
+    def result(self) -> dict:
+        counts = {"samples": self.checked, "cpu_fails": self.cpu_fails}
+        if self.checked == 0:
+            reason = self.skip_reason or ("cpu-fails" if self.cpu_fails else "no error inputs or out= checks")
+            return {"status": "skipped", "reason": reason, **counts}
+        if not self.failed:
+            return {"status": "pass", **counts}
+        first = self.mismatches[0]
+        return {"status": "mismatch", "sample": first["case"], "kind": first["kind"],
+                "reason": f"{first['case']}: {first['reason']}", "mismatched": self.failed, **counts,
+                "cases": self.mismatches}
 
 
 def _forward(op, dtype, tol, shape_only, limit) -> dict:
@@ -376,8 +410,127 @@ def _inplace(op, dtype, tol, shape_only, limit) -> dict:
     return v.result()
 
 
-def run_op_dtype(op, dtype, backward: bool = True, max_samples: int = 8) -> dict:
-    """The record of one op x dtype: status, reason, each variant's result, CPU fallbacks."""
+def _raised(fn, *args, **kwargs) -> Exception | None:
+    return _attempt(fn, *args, **kwargs)[1]
+
+
+def _errors(op, dtype, tol, shape_only, limit) -> dict:
+    """Error parity: each of the OpInfo's error inputs raises on neuron what it raises on CPU
+    (classify.compare_errors), and out= tensors of a wrong dtype, device or shape are treated as CPU
+    (or, for the device, CUDA) treats them. Error inputs CPU does not reject are counted in cpu_fails."""
+    v = _ErrorParity()
+    name = full_name(op)
+    if op.error_inputs_func is not None:
+        inputs, exc = _attempt(list, op.error_inputs("cpu"))
+        if exc:
+            detail = classify.error_detail(exc)
+            v.skip_reason = f"error-inputs-fail: {detail['type']}: {detail['message']}"
+        for i, error_input in enumerate(inputs or ()):
+            sample = error_input.sample_input
+            mover = _Mover(skips.host_tensors(name, sample))
+            moved = _raised(mover.prepare, sample)  # before the CPU run, which may mutate its inputs
+            expected = _raised(_call, op, sample)
+            if expected is None:
+                v.cpu_fails += 1
+            elif moved is not None:
+                v.check(f"error input {i}", {"kind": "move", "message": f"copying the sample to neuron: "
+                                             f"{type(moved).__name__}: {classify.error_detail(moved)['message']}"})
+            else:
+                v.check(f"error input {i}", classify.compare_errors(_raised(_call, op, sample, mover), expected,
+                                                                    error_input.error_regex))
+    if op.supports_out:
+        _out_errors(op, dtype, tol, shape_only, limit, v)
+    return v.result()
+
+
+# For an output dtype, one it cannot be safely cast to (torch.can_cast is False), for the out= check.
+_UNSAFE_OUT_DTYPE = {"complex": torch.float32, "floating": torch.int64, "integral": torch.bool}
+
+
+def _unsafe_dtype(dtype: torch.dtype) -> torch.dtype | None:
+    kind = ("complex" if dtype.is_complex else "floating" if dtype.is_floating_point
+            else None if dtype == torch.bool else "integral")
+    return _UNSAFE_OUT_DTYPE.get(kind)
+
+
+def _out_errors(op, dtype, tol, shape_only, limit, v: _ErrorParity) -> None:
+    """out= with a wrong dtype, on the wrong device and of a wrong shape, on the first sample whose
+    out= call CPU accepts."""
+    for sample in _samples(op, dtype, False, limit):
+        expected, exc = _attempt(_call, op, sample)
+        flat = [] if exc else tree_flatten(expected)[0]
+        if flat and all(isinstance(t, torch.Tensor) for t in flat) and \
+                _raised(_call_out, op, sample, tree_map(torch.empty_like, expected)) is None:
+            break
+    else:
+        return
+    name = full_name(op)
+
+    def run_both(make_out):
+        """(CPU outs, exception, warnings), then the same on neuron, each from a fresh sample copy."""
+        results = []
+        for device in ("cpu", "neuron"):
+            mover = _Mover(skips.host_tensors(name, sample)) if device == "neuron" else None
+            if mover:
+                mover.prepare(sample)
+            out = tree_map(lambda t, device=device: make_out(t, device), expected)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                exc = _raised(_call_out, op, sample, out, mover)
+            results.append((out, exc, [str(w.message) for w in caught]))
+        return results
+
+    if any(_unsafe_dtype(t.dtype) for t in flat):
+        (cpu_out, cpu_exc, _), (out, exc, _) = run_both(
+            lambda t, device: t.new_empty(t.shape, dtype=_unsafe_dtype(t.dtype) or t.dtype, device=device))
+        if cpu_exc is not None:
+            v.check("out= of an unsafe dtype", classify.compare_errors(exc, cpu_exc))
+        else:
+            v.check("out= of an unsafe dtype", _out_agrees(sample, out, exc, cpu_out, [], [], tol, shape_only))
+
+    mover = _Mover(skips.host_tensors(name, sample))
+    moved = mover([sample.input, sample.args, sample.kwargs])
+    on_neuron = any(isinstance(t, torch.Tensor) and t.device.type == "neuron" for t in tree_flatten(moved)[0])
+    if on_neuron and name not in skips.OUT_ANY_DEVICE:
+        # no CPU reference: PyTorch's test_out requires a RuntimeError on a device op with CPU outs
+        exc = _raised(_call_out, op, sample, tree_map(torch.empty_like, expected), mover)
+        v.check("out= on CPU", _device_problem(exc))
+
+    (cpu_out, cpu_exc, cpu_warned), (out, exc, warned) = run_both(
+        lambda t, device: t.new_empty((t.numel() + 1,), device=device))
+    if cpu_exc is not None:
+        v.check("out= of a wrong shape", classify.compare_errors(exc, cpu_exc))
+    else:
+        v.check("out= of a wrong shape", _out_agrees(sample, out, exc, cpu_out, warned, cpu_warned, tol, shape_only))
+
+
+def _out_agrees(sample, out, exc, cpu_out, warned, cpu_warned, tol, shape_only) -> dict | None:
+    """Where CPU accepted the out= tensors: neuron too, with CPU's values and its resize warning."""
+    if exc is not None:
+        detail = classify.error_detail(exc)
+        return {"kind": "other-type", "message": f"raised {detail['type']}: {detail['message']}; CPU raised nothing"}
+    if any("resized" in w for w in cpu_warned) and not any("resized" in w for w in warned):
+        return {"kind": "no-warning", "message": f"no warning; CPU warned: {cpu_warned[0][:200]}"}
+    problem = _compare_processed(sample, out, cpu_out, tol, shape_only)  # (eigenvector signs dropped)
+    return problem and {"kind": "other-value", "message": problem["message"]}
+
+
+def _device_problem(exc) -> dict | None:
+    """None when exc is a RuntimeError (or subclass) about the devices, as CUDA raises: its message
+    speaks of a device and names no meta device (which only the driver's meta run would see)."""
+    if exc is None:
+        return {"kind": "no-error", "message": "no error for out= tensors on CPU (CUDA raises RuntimeError)"}
+    detail = classify.error_detail(exc)
+    if not isinstance(exc, RuntimeError):
+        return {"kind": "other-type", "message": f"raised {detail['type']}: {detail['message']}; expected RuntimeError"}
+    if "device" in str(exc).lower() and "meta" not in str(exc):
+        return None
+    return {"kind": "other-message",
+            "message": f"raised {detail['type']}: {detail['message']}; expected a device mismatch error"}
+
+
+def run_op_dtype(op, dtype, variants=DEFAULT_VARIANTS, max_samples: int = 8) -> dict:
+    """The record of one op x dtype: status, reason, each selected variant's result, CPU fallbacks."""
     name = full_name(op)
     record = {"op": name, "family": families.family(op), "dtype": str(dtype).removeprefix("torch.")}
     mode, reason = skips.lookup(name)
@@ -386,21 +539,26 @@ def run_op_dtype(op, dtype, backward: bool = True, max_samples: int = 8) -> dict
     shape_only = mode == "shape-only"
     tol = classify.tolerance(op, dtype)
     start, before = time.perf_counter(), _fallback_counts()
-    variants = {"forward": _guarded(_forward, op, dtype, tol, shape_only, max_samples)}
-    if backward and op.supports_autograd and dtype.is_floating_point and not shape_only:
-        variants["backward"] = _guarded(_backward, op, dtype, tol, max_samples)
-    if backward and op.supports_forward_ad and dtype.is_floating_point and not shape_only:
-        variants["forward_ad"] = _guarded(_forward_ad, op, dtype, tol, max_samples)
-    if op.supports_out:
-        variants["out"] = _guarded(_out, op, dtype, tol, shape_only, max_samples)
-    if op.inplace_variant is not None:
-        variants["inplace"] = _guarded(_inplace, op, dtype, tol, shape_only, max_samples)
+    selected, results = set(variants), {}
+    if "forward" in selected:
+        results["forward"] = _guarded(_forward, op, dtype, tol, shape_only, max_samples)
+    differentiable = dtype.is_floating_point and not shape_only
+    if "backward" in selected and op.supports_autograd and differentiable:
+        results["backward"] = _guarded(_backward, op, dtype, tol, max_samples)
+    if "forward_ad" in selected and op.supports_forward_ad and differentiable:
+        results["forward_ad"] = _guarded(_forward_ad, op, dtype, tol, max_samples)
+    if "out" in selected and op.supports_out:
+        results["out"] = _guarded(_out, op, dtype, tol, shape_only, max_samples)
+    if "inplace" in selected and op.inplace_variant is not None:
+        results["inplace"] = _guarded(_inplace, op, dtype, tol, shape_only, max_samples)
+    if "errors" in selected:
+        results["errors"] = _guarded(_errors, op, dtype, tol, shape_only, max_samples)
     after = _fallback_counts()
     fallbacks = {k: n - before.get(k, 0) for k, n in after.items() if n > before.get(k, 0)}
-    status, why = classify.classify(variants, fallbacks)
+    status, why = classify.classify(results, fallbacks)
     if shape_only and status == "pass":
         why = f"compared by shape/dtype only ({reason})"
-    return {**record, "status": status, "reason": why, "variants": variants, "fallbacks": fallbacks,
+    return {**record, "status": status, "reason": why, "variants": results, "fallbacks": fallbacks,
             "seconds": round(time.perf_counter() - start, 3)}
 
 

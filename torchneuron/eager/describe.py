@@ -64,7 +64,8 @@ def key_of(schema: OpSchema, desc: CallDescription) -> tuple:
     return plan_key(schema, desc.key, desc.index, desc.scalars)
 
 
-def _device_error(op, a: torch.device, b: torch.device) -> RuntimeError:
+def device_error(op, a: torch.device, b: torch.device) -> RuntimeError:
+    """The error of a call mixing devices a and b, in PyTorch's words."""
     return RuntimeError(
         f"Expected all tensors to be on the same device, but found at least two devices, {a} and {b}! "
         f"(when checking argument for {op})")
@@ -81,10 +82,10 @@ def _first_or_foreign(desc: CallDescription, t: torch.Tensor, index: int, op) ->
             desc.scalars.append(t.item())
             return False
         if desc.index != NO_DEVICE:
-            raise _device_error(op, desc.device, dev)
-        raise _device_error(op, dev, torch.device(NEURON, torch.neuron.current_device()))
+            raise device_error(op, desc.device, dev)
+        raise device_error(op, dev, torch.device(NEURON, torch.neuron.current_device()))
     if desc.index != NO_DEVICE:
-        raise _device_error(op, desc.device, t.device)
+        raise device_error(op, desc.device, t.device)
     desc.index = index
     return True
 
@@ -123,7 +124,19 @@ def describe(schema: OpSchema, args, kwargs) -> CallDescription:
         for name, value in kwargs.items():
             key.append(name)
             _describe_one(desc, schema.kind_by_name[name], value, op)
+    if schema.written and desc.index != NO_DEVICE:
+        _check_written_on_device(schema, args, kwargs, desc)
     return desc
+
+
+def _check_written_on_device(schema: OpSchema, args, kwargs, desc: CallDescription) -> None:
+    """A 0-dim CPU tensor takes part as a scalar only when read: one the op writes (an out=
+    tensor, an in-place op's self) must be on the call's device, as CUDA requires."""
+    for i in schema.written:
+        value = args[i] if i < len(args) else kwargs.get(schema.names[i])
+        for t in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(t, torch.Tensor) and t.get_device() < 0:
+                raise device_error(schema.op, desc.device, t.device)
 
 
 def _describe_one(desc, kind, value, op) -> None:

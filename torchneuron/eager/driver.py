@@ -18,6 +18,7 @@ import torch
 from ..runtime import storages
 from ..runtime.core import urgent
 from ..runtime.dtypes import UnsupportedDtypeError
+from . import overlap
 from .describe import NO_DEVICE, CallDescription, buffers_of, describe, key_of, plan_key, tensor_key
 from .plan import Plan
 from .schema import OpSchema, parse
@@ -109,7 +110,7 @@ def _run_in_one_pass(schema: OpSchema, plans: dict, args):
     return plan.execute(args, {}, desc)
 
 
-def _run_described(schema: OpSchema, plans: dict, args, kwargs):
+def _run_described(schema: OpSchema, plans: dict, args, kwargs, resized: bool = False):
     if urgent.value:
         storages.drain()
     desc = describe(schema, args, kwargs)
@@ -122,8 +123,10 @@ def _run_described(schema: OpSchema, plans: dict, args, kwargs):
             except UnsupportedDtypeError as e:
                 raise UnsupportedDtypeError(e.dtype, str(schema.op)) from None
         if plan.resize:
+            if resized:  # an out= tensor that is also an input: each resize changes the result again
+                raise RuntimeError(overlap.PARTIAL)
             # out= arguments of the wrong size: resize them as PyTorch does, then run again.
             plan.apply_resizes(args, kwargs)
-            return _run_described(schema, plans, args, kwargs)  # (the resizes' growths drained first)
+            return _run_described(schema, plans, args, kwargs, True)  # (the resizes' growths drained first)
         plans[key] = plan
     return plan.execute(args, kwargs, desc)

@@ -7,6 +7,8 @@ everything this half reads (template, writes, fresh outputs, groups, layouts).
 """
 from __future__ import annotations
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -16,7 +18,7 @@ from ..runtime import device_asserts, storages, transfer
 from ..runtime.dtypes import PYTHON_SCALAR_TYPES, to_jax
 from ..runtime.generators import next_seed_and_offset
 from ..runtime.layout import apply_math_bits, flatten, read, write
-from .describe import CallDescription, buffers_of
+from .describe import CallDescription, buffers_of, device_error
 
 _KEEP_RECENT = storages.KEEP_RECENT  # (read per op: a global, not an attribute)
 _bind = storages.bind
@@ -179,15 +181,23 @@ class PlanExecution:
         if self.schema.out_args:  # out= of a data-dependent op: resize the outs, then copy in
             names = self.schema.names
             outs = [args[i] if i < len(args) else kwargs[names[i]] for i in self.schema.out_args]
-            return fill_outs(outs, [t for _, t in made])
+            return fill_outs(outs, [t for _, t in made], self.schema.op)
         return self._assemble(args, kwargs, made)
 
 
-def fill_outs(outs, results):
-    """out= after the fact: each out resized to its result's shape (PyTorch's resize_output), then
-    filled by a copy; returns the outs as the op returns them."""
+def fill_outs(outs, results, op):
+    """out= after the fact: each out resized to its result's shape as PyTorch's resize_output does
+    (with its warning where the out held elements), then filled by a copy; returns the outs as the
+    op returns them. An out on another device is refused, as the meta kernels refuse it elsewhere."""
     for out, result in zip(outs, results):
+        if out.device != result.device:
+            raise device_error(op, result.device, out.device)
         if out.shape != result.shape:
+            if out.numel():
+                warnings.warn(f"An output with one or more elements was resized since it had shape {list(out.shape)}, "
+                              f"which does not match the required output shape {list(result.shape)} (neuron: "
+                              f"{op}). Resize an out tensor to zero elements to reuse it without this warning.",
+                              UserWarning, stacklevel=2)
             out.resize_(result.shape)
         out.copy_(result)
     return tuple(outs) if len(outs) > 1 else outs[0]

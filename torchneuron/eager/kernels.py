@@ -89,7 +89,7 @@ def _out_from_functional(op, functional):
     def kernel(*args, **kwargs):
         outs = [kwargs.pop(name) for name in out_names]
         results = functional(*args, **kwargs)
-        return fill_outs(outs, results if isinstance(results, tuple) else (results,))
+        return fill_outs(outs, results if isinstance(results, tuple) else (results,), op)
     return kernel
 
 

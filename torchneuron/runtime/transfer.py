@@ -80,11 +80,13 @@ def assign(t: torch.Tensor, value: jax.Array) -> None:
 
 
 def cpu_numpy(t: torch.Tensor) -> np.ndarray:
-    """A host tensor's values as numpy, including dtypes numpy lacks (bfloat16, float8)."""
+    """A host tensor's values as numpy, including dtypes numpy lacks (bfloat16, float8). Through
+    DLPack, not Tensor.numpy(), which marks the tensor's storage not resizable for good: a CPU
+    tensor copied to neuron must stay as resizable as it was (out= of it, resize_)."""
     t = t.detach().resolve_conj().resolve_neg().contiguous()
     if t.dtype in _RAW_HOST_DTYPES:
-        return t.view(_TORCH_INT_OF_WIDTH[t.element_size()]).numpy().view(np.dtype(to_jax(t.dtype)))
-    return t.numpy()
+        return np.from_dlpack(t.view(_TORCH_INT_OF_WIDTH[t.element_size()])).view(np.dtype(to_jax(t.dtype)))
+    return np.from_dlpack(t)
 
 
 def host_tensor(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
