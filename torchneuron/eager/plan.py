@@ -124,7 +124,9 @@ class Plan(PlanExecution):
         def convert(value):
             if isinstance(value, torch.Tensor):
                 if value.device.type != "neuron":
-                    return value
+                    # a 0-dim CPU tensor, a scalar to the op: type promotion treats 0-dim tensors
+                    # alike on any device, and a meta one passes the meta kernel's device checks
+                    return torch.empty((), dtype=value.dtype, device="meta") if value.dim() == 0 else value
                 i = next(counter)
                 lay = self.layouts[i]
                 m = torch.empty(0, dtype=self.dtypes[i], device="meta").set_(
