@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from ..runtime.dtypes import scalar_type_name
+
 aten = torch.ops.aten
 
 
@@ -112,7 +114,55 @@ def _embedding_bag(op, forward_only):
     return meta
 
 
+def _checked(op, check):
+    """`op`'s own meta kernel after a check that CPU's kernel makes and PyTorch's meta kernel lacks."""
+    def meta(*args, **kwargs):
+        check(*args, **kwargs)
+        return op(*args, **kwargs)
+    return meta
+
+
+def _heaviside_dtypes(self, values, *, out=None):
+    if self.is_complex() or values.is_complex() or (out is not None and out.is_complex()):
+        raise RuntimeError("heaviside is not yet implemented for complex tensors.")
+    if self.dtype != values.dtype or (out is not None and out.dtype != self.dtype):
+        raise RuntimeError("heaviside is not yet implemented for tensors with different dtypes.")
+
+
+def _clamp_bounds(self, min=None, max=None, *, out=None):
+    if min is None and max is None:
+        raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+    if out is not None and not isinstance(min, torch.Tensor) and not isinstance(max, torch.Tensor):
+        # with Scalar bounds CPU's kernel is a unary op: the out's dtype must be the result's
+        result = aten.clamp.default(self, min, max).dtype
+        if out.dtype != result:
+            raise RuntimeError(f"Found dtype {scalar_type_name(out.dtype)} but expected {scalar_type_name(result)}")
+
+
+def _where_out_dtype(condition, self, other, *, out):
+    result = aten.where.self(condition, self, other).dtype
+    if out.dtype != result:
+        raise RuntimeError(f"Expected out type to be {scalar_type_name(result)} but got {scalar_type_name(out.dtype)}")
+
+
+def _nonzero_out(self, *, out):
+    # a data-dependent op: only its arguments are checked (CPU's message lacks the space)
+    if out.dtype != torch.long:
+        raise RuntimeError(f"nonzero: Expected out tensor to have scalar type Long but got scalar "
+                           f"type{scalar_type_name(out.dtype)}")
+
+
 META_OVERRIDES = {
+    aten.heaviside.default: _checked(aten.heaviside.default, _heaviside_dtypes),
+    aten.heaviside_.default: _checked(aten.heaviside_.default, _heaviside_dtypes),
+    aten.heaviside.out: _checked(aten.heaviside.out, _heaviside_dtypes),
+    aten.clamp.default: _checked(aten.clamp.default, _clamp_bounds),
+    aten.clamp_.default: _checked(aten.clamp_.default, _clamp_bounds),
+    aten.clamp.out: _checked(aten.clamp.out, _clamp_bounds),
+    aten.clamp.Tensor: _checked(aten.clamp.Tensor, _clamp_bounds),
+    aten.clamp_.Tensor: _checked(aten.clamp_.Tensor, _clamp_bounds),
+    aten.where.self_out: _checked(aten.where.self_out, _where_out_dtype),
+    aten.nonzero.out: _nonzero_out,
     aten._embedding_bag.default: _embedding_bag(aten._embedding_bag.default, False),
     aten._embedding_bag_forward_only.default: _embedding_bag(aten._embedding_bag_forward_only.default, True),
     aten.histogram.bin_ct: _histogram,
