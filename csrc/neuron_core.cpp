@@ -363,19 +363,29 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     t_current_device = d.index();
   }
   void uncheckedSetDevice(c10::Device d) const noexcept override { t_current_device = d.index(); }
+  // A device without an index (torch.Stream(device="neuron")) is the current device, as on CUDA.
+  static c10::Device resolved(c10::Device d) {
+    return d.has_index() ? d : c10::Device(kNeuron, t_current_device);
+  }
   c10::Stream getStream(c10::Device d) const override {
+    d = resolved(d);
+    check_device(d.index());
     return c10::Stream(c10::Stream::UNSAFE, d, g_current_stream[d.index()].load());
   }
   c10::Stream getDefaultStream(c10::Device d) const override {
-    return c10::Stream(c10::Stream::UNSAFE, d, 0);
+    return c10::Stream(c10::Stream::UNSAFE, resolved(d), 0);
   }
   c10::Stream getNewStream(c10::Device d, int) const override {
+    d = resolved(d);
+    check_device(d.index());
     return c10::Stream(c10::Stream::UNSAFE, d, g_next_stream++);
   }
   c10::Stream getStreamFromGlobalPool(c10::Device d, bool) const override { return getNewStream(d, 0); }
   c10::Stream exchangeStream(c10::Stream s) const override {
-    auto old = g_current_stream[s.device_index()].exchange(s.id());
-    return c10::Stream(c10::Stream::UNSAFE, s.device(), old);
+    c10::Device d = resolved(s.device());
+    check_device(d.index());
+    auto old = g_current_stream[d.index()].exchange(s.id());
+    return c10::Stream(c10::Stream::UNSAFE, d, old);
   }
   DeviceIndex deviceCount() const noexcept override { return device_count(); }
 
@@ -383,7 +393,7 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
               const c10::EventFlag flag) const override {
     auto* e = static_cast<NeuronEvent*>(*event);
     if (!e) {
-      e = new NeuronEvent{device_index >= 0 ? device_index : stream.device_index(), 0,
+      e = new NeuronEvent{device_index >= 0 ? device_index : resolved(stream.device()).index(), 0,
                           flag == c10::EventFlag::BACKEND_DEFAULT};
       *event = e;
     }
@@ -401,10 +411,10 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     delete static_cast<NeuronEvent*>(event);
   }
   bool queryStream(const c10::Stream& s) const override {
-    sync_device(s.device_index());
+    sync_device(resolved(s.device()).index());
     return true;
   }
-  void synchronizeStream(const c10::Stream& s) const override { sync_device(s.device_index()); }
+  void synchronizeStream(const c10::Stream& s) const override { sync_device(resolved(s.device()).index()); }
   void synchronizeEvent(void* event) const override {
     if (event) sync_device(static_cast<NeuronEvent*>(event)->device);
   }

@@ -108,6 +108,35 @@ def test_streams_and_events():
     torch.testing.assert_close(y.cpu(), torch.full((4,), 6.0))
 
 
+
+@pytest.mark.parametrize("core", [0, 1])
+def test_streams_without_a_device_index_are_on_the_current_device(core):
+    """As on CUDA: torch.Stream(device="neuron") and its relatives resolve to the current device."""
+    previous = torch.neuron.current_device()
+    torch.neuron.set_device(core)
+    try:
+        here = torch.device("neuron", core)
+        for s in (torch.Stream(device="neuron"), torch.neuron.Stream(), torch.Stream(device=torch.device("neuron"))):
+            assert s.device == here
+            with torch.neuron.stream(s):
+                assert torch.neuron.current_stream() == s
+                assert torch.accelerator.current_stream() == s
+                y = torch.ones(3, device="neuron") * 2
+            assert torch.neuron.current_stream() != s
+            assert s.query()
+            s.synchronize()
+            event = s.record_event()
+            event.synchronize()
+            assert event.query()
+            torch.testing.assert_close(y.cpu(), torch.full((3,), 2.0))
+        start, end = torch.Event(device="neuron", enable_timing=True), torch.Event(device="neuron", enable_timing=True)
+        start.record()
+        end.record()
+        end.synchronize()
+        assert start.device == here and start.elapsed_time(end) >= 0
+    finally:
+        torch.neuron.set_device(previous)
+
 def test_generator_state_roundtrip():
     g = torch.Generator(device="neuron")
     g.manual_seed(1234)

@@ -104,3 +104,62 @@ def test_out_of_range_index_is_an_error_not_a_crash():
     x = torch.arange(4.0).to("neuron")
     with pytest.raises(IndexError):
         x[10]
+
+
+def _same_error(fn, *cpu_args):
+    """fn raises on neuron what it raises on CPU: the same type and message."""
+    with pytest.raises(Exception) as cpu:
+        fn(*cpu_args)
+    with pytest.raises(type(cpu.value)) as neuron:
+        fn(*[a.to("neuron") if isinstance(a, torch.Tensor) else a for a in cpu_args])
+    assert type(neuron.value) is type(cpu.value) and str(neuron.value) == str(cpu.value)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.add(x, x, out=torch.empty(3, dtype=torch.long, device=x.device)),
+    lambda x: torch.add(x, x, out=torch.empty(3, dtype=torch.bool, device=x.device)),
+    lambda x: torch.mul(x, 2, out=torch.empty(3, dtype=torch.int32, device=x.device)),
+    lambda x: torch.sin(x, out=torch.empty(3, dtype=torch.long, device=x.device)),
+    lambda x: torch.atan2(x, x, out=torch.empty(3, dtype=torch.long, device=x.device)),
+    lambda x: torch.pow(x, 2, out=torch.empty(3, dtype=torch.long, device=x.device)),
+    lambda x: torch.div(x.long(), 2, out=torch.empty(3, dtype=torch.long, device=x.device)),
+    lambda x: torch.bitwise_and(x.long(), 1, out=torch.empty(3, dtype=torch.bool, device=x.device)),
+    lambda x: torch.addcmul(x, x, x, out=torch.empty(3, dtype=torch.long, device=x.device)),
+    lambda x: torch.where(x > 0, x, x, out=torch.empty(3, dtype=torch.long, device=x.device)),
+    lambda x: torch.where(x > 0, x, x, out=torch.empty(3, dtype=torch.float64, device=x.device)),
+    lambda x: torch.clamp(x, 0, 1, out=torch.empty(3, dtype=torch.long, device=x.device)),
+    lambda x: torch.clamp(x, 0, 1, out=torch.empty(3, dtype=torch.float64, device=x.device)),
+    lambda x: torch.clamp(x.long(), 0.5, out=torch.empty(3, dtype=torch.long, device=x.device)),
+    lambda x: torch.clamp(x, torch.zeros(3, device=x.device), out=torch.empty(3, dtype=torch.long, device=x.device)),
+])
+def test_unsafe_out_casts_raise_cpus_error(fn):
+    _same_error(fn, torch.randn(3))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.nonzero(x, out=torch.empty(0, device=x.device)),
+    lambda x: torch.nonzero(x, out=torch.empty(0, dtype=torch.int32, device=x.device)),
+    lambda x: torch.heaviside(x, x.double()),
+    lambda x: torch.heaviside(x, torch.tensor(1.0, dtype=torch.float64)),
+    lambda x: torch.heaviside(x, x, out=torch.empty(3, dtype=torch.float64, device=x.device)),
+    lambda x: x.clone().heaviside_(x.double()),
+    lambda x: torch.heaviside(x.cfloat(), x.cfloat()),
+    lambda x: torch.clamp(x),
+    lambda x: torch.clamp(x, None, None),
+    lambda x: x.clone().clamp_(),
+    lambda x: torch.clamp(x, out=torch.empty(3, device=x.device)),
+])
+def test_op_checks_raise_cpus_error(fn):
+    _same_error(fn, torch.randn(3))
+
+
+def test_checked_ops_still_compute():
+    x = torch.tensor([-1.0, 0.0, 2.0])
+    v = torch.tensor([0.5, 0.5, 0.5])
+    torch.testing.assert_close(torch.heaviside(x.to("neuron"), v.to("neuron")).cpu(), torch.heaviside(x, v))
+    torch.testing.assert_close(torch.clamp(x.to("neuron"), min=0).cpu(), torch.clamp(x, min=0))
+    out = torch.empty(0, dtype=torch.long, device="neuron")
+    torch.testing.assert_close(torch.nonzero(x.to("neuron"), out=out).cpu(), torch.nonzero(x))
+    torch.testing.assert_close(torch.add(x.to("neuron"), 1, out=torch.empty(3, dtype=torch.float64,
+                                                                               device="neuron")).cpu(),
+                               torch.add(x, 1, out=torch.empty(3, dtype=torch.float64)))

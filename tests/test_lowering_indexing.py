@@ -1,3 +1,5 @@
+import re
+
 import pytest
 import torch
 from reference import check
@@ -215,6 +217,41 @@ def test_equal_and_narrow_copy():
 ])
 def test_unique_family(fn):
     check(fn, torch.tensor([[3, 1, 2, 2], [1, 3, 3, 0]]))
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1, 2])
+@pytest.mark.parametrize("flags", [(False, False), (True, False), (False, True), (True, True)])
+def test_unique_consecutive_along_a_dim(dim, flags):
+    x = torch.tensor([[[1, 2], [1, 2], [3, 4]], [[1, 2], [1, 2], [1, 2]], [[1, 2], [1, 2], [3, 4]]])
+    x = torch.cat([x, x[:1], x], dim=0)
+    inverse, counts = flags
+    check(lambda t: torch.unique_consecutive(t, return_inverse=inverse, return_counts=counts, dim=dim), x)
+    check(lambda t: torch.ops.aten.unique_consecutive(t, inverse, counts, dim), x.float())
+
+
+@pytest.mark.parametrize("make, dim", [
+    (lambda: torch.tensor([1.0, 1.0, float("nan"), float("nan"), 2.0]), 0),  # 1-D: as without dim
+    (lambda: torch.tensor([[float("nan")], [float("nan")]]), 0),              # NaN slices differ
+    (lambda: torch.tensor([[True, False], [True, False]]), 0),
+    (lambda: torch.empty(0, 3), 0),
+    (lambda: torch.empty(2, 0, 3), 1),
+])
+def test_unique_consecutive_along_a_dim_edges(make, dim):
+    check(lambda t: torch.ops.aten.unique_consecutive(t, True, True, dim), make())
+
+
+@pytest.mark.parametrize("make, dim", [
+    (lambda: torch.tensor(5), 0),
+    (lambda: torch.ones(2, 3), 2),
+    (lambda: torch.ones(2, 0, 3), 0),
+    (lambda: torch.ones(0, 0, 3), 0),
+])
+def test_unique_consecutive_along_a_dim_errors(make, dim):
+    x = make()
+    with pytest.raises(Exception) as cpu:
+        torch.unique_consecutive(x, dim=dim)
+    with pytest.raises(type(cpu.value), match=re.escape(str(cpu.value))):
+        torch.unique_consecutive(x.to("neuron"), dim=dim)
 
 
 def test_nonzero_static_pads_and_cuts():

@@ -15,6 +15,24 @@ from .schema import Kind, OpSchema
 
 NEURON = "privateuseone"
 NO_DEVICE = -2  # (get_device() says -1 for CPU tensors)
+aten = torch.ops.aten
+
+# Arguments whose CPU tensors an op takes as CUDA does: moved to the call's device first.
+# Advanced indexing's indices and masks (ATen's make_info moves them; `index` checks they are on
+# CPU or on self's device). Other ops, index_fill_/index_select/gather/scatter included, refuse
+# CPU tensors on CUDA with the same-device error, and so does neuron.
+HOST_OPERANDS: dict = {
+    aten.index.Tensor: ("indices",),
+    aten.index.Tensor_out: ("indices",),
+    aten._unsafe_index.Tensor: ("indices",),
+    aten.index_put.default: ("indices",),
+    aten.index_put.out: ("indices",),
+    aten.index_put_.default: ("indices",),
+    aten._index_put_impl.default: ("indices",),
+    aten._index_put_impl.out: ("indices",),
+    aten._index_put_impl_.default: ("indices",),
+    aten._unsafe_index_put.default: ("indices",),
+}
 
 
 class CallDescription:
@@ -62,6 +80,32 @@ def plan_key(schema: OpSchema, entries: list, index: int, scalars=()) -> tuple:
 
 def key_of(schema: OpSchema, desc: CallDescription) -> tuple:
     return plan_key(schema, desc.key, desc.index, desc.scalars)
+
+
+def move_host_operands(schema: OpSchema, args, kwargs) -> tuple:
+    """`args` and `kwargs` with the CPU tensors of the arguments HOST_OPERANDS names for the op
+    moved to self's neuron device (one transfer each, once per call); unchanged for other ops."""
+    names = HOST_OPERANDS.get(schema.op)
+    if names is None or not args or not isinstance(args[0], torch.Tensor) or args[0].device.type != "neuron":
+        return args, kwargs  # (self on CPU: the same-device error follows from `describe`)
+    device = args[0].device
+
+    def moved(value):
+        if isinstance(value, torch.Tensor):
+            return value.to(device) if value.device.type == "cpu" else value
+        if isinstance(value, (list, tuple)):
+            return [moved(v) for v in value]
+        return value
+
+    args = list(args)
+    kwargs = dict(kwargs)
+    for name in names:
+        i = schema.names.index(name)
+        if i < len(args):
+            args[i] = moved(args[i])
+        elif name in kwargs:
+            kwargs[name] = moved(kwargs[name])
+    return tuple(args), kwargs
 
 
 def device_error(op, a: torch.device, b: torch.device) -> RuntimeError:

@@ -19,7 +19,16 @@ from ..runtime import storages
 from ..runtime.core import urgent
 from ..runtime.dtypes import UnsupportedDtypeError
 from . import overlap
-from .describe import NO_DEVICE, CallDescription, buffers_of, describe, key_of, plan_key, tensor_key
+from .describe import (
+    NO_DEVICE,
+    CallDescription,
+    buffers_of,
+    describe,
+    key_of,
+    move_host_operands,
+    plan_key,
+    tensor_key,
+)
 from .plan import Plan
 from .schema import OpSchema, parse
 
@@ -50,6 +59,7 @@ def set_op_hook(active, hook) -> None:
 
 def is_planned(schema: OpSchema, plans: dict, args, kwargs) -> bool:
     """Whether this call finds a plan already built (a hook names compiling calls)."""
+    args, kwargs = move_host_operands(schema, args, kwargs)
     return key_of(schema, describe(schema, args, kwargs)) in plans
 
 
@@ -113,6 +123,7 @@ def _run_in_one_pass(schema: OpSchema, plans: dict, args):
 def _run_described(schema: OpSchema, plans: dict, args, kwargs, resized: bool = False):
     if urgent.value:
         storages.drain()
+    args, kwargs = move_host_operands(schema, args, kwargs)
     desc = describe(schema, args, kwargs)
     key = key_of(schema, desc)
     plan = plans.get(key)

@@ -7,11 +7,15 @@ template and the jit-compiled body that `execute.PlanExecution` calls.
 """
 from __future__ import annotations
 
+import inspect
+
 import jax
 import torch
+from torch._decomp import meta_table
 
 from ..lowering import LOWERINGS, META_OVERRIDES, Lowering, calling
 from ..runtime import device_asserts
+from ..runtime.dtypes import scalar_type_name
 from ..runtime.layout import Layout
 from . import overlap
 from .describe import CallDescription
@@ -59,6 +63,8 @@ class Plan(PlanExecution):
         self.template_args, self.template_kwargs = self._template(args, kwargs)
         if lowering.data_dependent:
             self.meta_out = None
+            if self.op in META_OVERRIDES:  # for a data-dependent op, a check of its arguments
+                META_OVERRIDES[self.op](*meta_args, **meta_kwargs)
         else:
             self.meta_out = self._meta_outputs(meta_args, meta_kwargs)
         # A meta kernel that cannot tell the output shape (x[mask]) makes this call data dependent.
@@ -126,7 +132,9 @@ class Plan(PlanExecution):
         def convert(value):
             if isinstance(value, torch.Tensor):
                 if value.device.type != "neuron":
-                    return value
+                    # a 0-dim CPU tensor, a scalar to the op: type promotion treats 0-dim tensors
+                    # alike on any device, and a meta one passes the meta kernel's device checks
+                    return torch.empty((), dtype=value.dtype, device="meta") if value.dim() == 0 else value
                 i = next(counter)
                 lay = self.layouts[i]
                 m = torch.empty(0, dtype=self.dtypes[i], device="meta").set_(
@@ -148,8 +156,11 @@ class Plan(PlanExecution):
         missing = (NotImplementedError, torch._subclasses.fake_tensor.UnsupportedOperatorException)
         functional = self.schema.functional
         try:
-            if self.op not in META_OVERRIDES and self.schema.out_args and functional in META_OVERRIDES:
-                return self._meta_of_out_overload(margs, mkwargs, META_OVERRIDES[functional])
+            if self.schema.out_args and self.lowering.promote is not None and self.op not in META_OVERRIDES:
+                self._check_out_casts(margs, mkwargs, META_OVERRIDES.get(functional, functional))
+            if self.op not in META_OVERRIDES and self.schema.out_args and (
+                    functional in META_OVERRIDES or not _meta_takes(self.op, margs, mkwargs)):
+                return self._meta_of_out_overload(margs, mkwargs, META_OVERRIDES.get(functional, functional))
             return META_OVERRIDES.get(self.op, self.op)(*margs, **mkwargs)
         except missing:
             if not self.schema.out_args or functional is None:
@@ -159,16 +170,30 @@ class Plan(PlanExecution):
         except missing:
             return None
 
-    def _meta_of_out_overload(self, margs, mkwargs, functional_meta):
-        """An out= overload whose functional has an override (or the only meta kernel): its results
-        resize the out tensors as PyTorch's resize_output does."""
+    def _functional_results(self, margs, mkwargs, functional_meta) -> tuple:
+        """(results of an out= overload's functional on the meta arguments, the outs)."""
         names = self.schema.names
         out_names = {names[i] for i in self.schema.out_args}
         fargs = [a for i, a in enumerate(margs) if i not in self.schema.out_args]
         fkwargs = {k: v for k, v in mkwargs.items() if k not in out_names}
         results = functional_meta(*fargs, **fkwargs)
-        results = results if isinstance(results, tuple) else (results,)
         outs = [margs[i] if i < len(margs) else mkwargs[names[i]] for i in self.schema.out_args]
+        return (results if isinstance(results, tuple) else (results,)), outs
+
+    def _check_out_casts(self, margs, mkwargs, functional_meta):
+        """TensorIterator's rule for out= of an elementwise op, in CPU's words: each result's dtype
+        must cast safely to its out's (PyTorch's Python meta kernels word the error otherwise)."""
+        results, outs = self._functional_results(margs, mkwargs, functional_meta)
+        for out, result in zip(outs, results):
+            if (isinstance(out, torch.Tensor) and isinstance(result, torch.Tensor)
+                    and not torch.can_cast(result.dtype, out.dtype)):
+                raise RuntimeError(f"result type {scalar_type_name(result.dtype)} can't be cast to the desired "
+                                   f"output type {scalar_type_name(out.dtype)}")
+
+    def _meta_of_out_overload(self, margs, mkwargs, functional_meta):
+        """An out= overload whose functional has an override (or the only meta kernel): its results
+        resize the out tensors as PyTorch's resize_output does."""
+        results, outs = self._functional_results(margs, mkwargs, functional_meta)
         for out, result in zip(outs, results):
             if out.shape != result.shape:  # resized as the CPU kernel does: the result's layout
                 out.resize_(result.shape).as_strided_(result.shape, result.stride())
@@ -253,6 +278,20 @@ class Plan(PlanExecution):
             t.resize_(shape)
             if t.stride() != stride:
                 t.as_strided_(shape, stride)
+
+
+def _meta_takes(op, margs, mkwargs) -> bool:
+    """Whether `op`'s meta kernel takes this call. PyTorch registers a functional's Python meta
+    kernel for every overload of its packet, out= ones included, where it knows no out arguments
+    (embedding_dense_backward.out) or other names for them (grid_sampler_3d_backward.out)."""
+    kernel = meta_table.get(op)
+    if kernel is None:
+        return True
+    try:
+        inspect.signature(kernel).bind(*margs, **mkwargs)
+    except TypeError:
+        return False
+    return True
 
 
 def _slots_per_arg(indexed_args) -> dict[int, list[int]]:

@@ -95,6 +95,16 @@ def overrides_meta(*ops: torch._ops.OpOverload) -> Callable:
     return register
 
 
+def checks_arguments(check: Callable, *ops: torch._ops.OpOverload) -> None:
+    """Give each of `ops` a meta function that first runs `check` on the meta arguments (a check
+    CPU's kernel makes and PyTorch's meta kernel lacks), then the op's own meta kernel."""
+    for op in ops:
+        def meta(*args, op=op, **kwargs):
+            check(*args, **kwargs)
+            return op(*args, **kwargs)
+        overrides_meta(op)(meta)
+
+
 _HALF = (jnp.float16, jnp.bfloat16)
 
 

@@ -14,8 +14,8 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from ..runtime.dtypes import CPU_ACC_TYPE, to_jax
-from . import DEFAULT, INT_TO_FLOAT, NO_OPMATH, aten, lowers
+from ..runtime.dtypes import CPU_ACC_TYPE, scalar_type_name, to_jax
+from . import DEFAULT, INT_TO_FLOAT, NO_OPMATH, aten, checks_arguments, lowers
 
 SELF = ("self",)
 
@@ -424,6 +424,16 @@ def nextafter(self, other):
     return jnp.nextafter(self, other)
 
 
+def _heaviside_dtypes(self, values, *, out=None):
+    if self.is_complex() or values.is_complex() or (out is not None and out.is_complex()):
+        raise RuntimeError("heaviside is not yet implemented for complex tensors.")
+    if self.dtype != values.dtype or (out is not None and out.dtype != self.dtype):
+        raise RuntimeError("heaviside is not yet implemented for tensors with different dtypes.")
+
+
+checks_arguments(_heaviside_dtypes, aten.heaviside.default, aten.heaviside_.default, aten.heaviside.out)
+
+
 @lowers(aten.heaviside.default, promote=DEFAULT, promote_args=("self", "values"))
 def heaviside(self, values):
     return jnp.where(self == 0, values, (self > 0).astype(values.dtype))
@@ -603,6 +613,20 @@ def _clamp_max(x, high):
     return jnp.where((x <= high) | jnp.isnan(x), x, high)
 
 
+def _clamp_bounds(self, min=None, max=None, *, out=None):
+    if min is None and max is None:
+        raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+    if out is not None and not isinstance(min, torch.Tensor) and not isinstance(max, torch.Tensor):
+        # with Scalar bounds CPU's kernel is a unary op: the out's dtype must be the result's
+        result = aten.clamp.default(self, min, max).dtype
+        if out.dtype != result:
+            raise RuntimeError(f"Found dtype {scalar_type_name(out.dtype)} but expected {scalar_type_name(result)}")
+
+
+checks_arguments(_clamp_bounds, aten.clamp.default, aten.clamp_.default, aten.clamp.out, aten.clamp.Tensor,
+                 aten.clamp_.Tensor)
+
+
 @lowers(aten.clamp.default, aten.clamp.Tensor, promote=DEFAULT, promote_args=("self", "min", "max"))
 def clamp(self, min=None, max=None):
     x = self if min is None else _clamp_min(self, min)
@@ -617,6 +641,15 @@ def clamp_min(self, min):
 @lowers(aten.clamp_max.default, aten.clamp_max.Tensor, promote=DEFAULT, promote_args=("self", "max"))
 def clamp_max(self, max):
     return _clamp_max(self, max)
+
+
+def _where_out_dtype(condition, self, other, *, out):
+    result = aten.where.self(condition, self, other).dtype
+    if out.dtype != result:
+        raise RuntimeError(f"Expected out type to be {scalar_type_name(result)} but got {scalar_type_name(out.dtype)}")
+
+
+checks_arguments(_where_out_dtype, aten.where.self_out)
 
 
 @lowers(aten.where.self, promote=DEFAULT)

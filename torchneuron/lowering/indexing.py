@@ -8,8 +8,10 @@ gathers and drops scatters.
 from __future__ import annotations
 
 import jax.numpy as jnp
+import torch
 
-from . import aten, lowers
+from ..runtime.dtypes import scalar_type_name
+from . import aten, lowers, overrides_meta
 from .asserts import check_index
 
 
@@ -256,6 +258,14 @@ def put(self, index, source, accumulate=False):
     return _scatter_into(at, "add" if accumulate else "set", source, self.dtype).reshape(self.shape)
 
 
+@overrides_meta(aten.nonzero.out)
+def _nonzero_out(self, *, out):
+    # a data-dependent op: only its arguments are checked (CPU's message lacks the space)
+    if out.dtype != torch.long:
+        raise RuntimeError(f"nonzero: Expected out tensor to have scalar type Long but got scalar "
+                           f"type{scalar_type_name(out.dtype)}")
+
+
 @lowers(aten.nonzero.default, data_dependent=True)
 def nonzero(self):
     if self.ndim == 0:
@@ -306,8 +316,8 @@ def unique(self, sorted=True, return_inverse=False):
 
 @lowers(aten.unique_consecutive.default, data_dependent=True)
 def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None):
-    if dim is not None and self.ndim > 1:
-        raise NotImplementedError("neuron: unique_consecutive with dim")
+    if dim is not None and self.ndim != 1:
+        return _unique_consecutive_dim(self, dim)
     flat = self.reshape(-1)
     starts = jnp.concatenate([jnp.ones((min(flat.shape[0], 1),), bool), flat[1:] != flat[:-1]])
     group = jnp.cumsum(starts) - 1
@@ -315,6 +325,29 @@ def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None
     counts = jnp.bincount(group, length=values.shape[0]) if flat.shape[0] else _empty_index()
     return (values, group.reshape(self.shape).astype(jnp.int64) if return_inverse else _empty_index(),
             counts.astype(jnp.int64) if return_counts else _empty_index())
+
+
+def _unique_consecutive_dim(self, dim):
+    """CPU's unique_consecutive along `dim`: each run of equal slices becomes one; the inverse and
+    the counts come back whether asked for or not, as on CPU."""
+    if self.ndim == 0:
+        raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
+    if not -self.ndim <= dim < self.ndim:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-self.ndim}, {self.ndim - 1}], "
+                         f"but got {dim})")
+    dim %= self.ndim
+    if self.shape[dim] == 0:
+        if self.shape.count(0) > 1:
+            raise RuntimeError("Number of zero sized dimensions is more than one, so unique cannot be applied ")
+        return self, _empty_index(), _empty_index()
+    if self.size == 0:
+        raise RuntimeError("There are 0 sized dimensions, and they aren't selected, so unique cannot be applied")
+    slices = jnp.moveaxis(self, dim, 0)
+    rows = slices.reshape(slices.shape[0], -1)
+    starts = jnp.concatenate([jnp.ones((1,), bool), jnp.any(rows[1:] != rows[:-1], axis=1)])
+    group = jnp.cumsum(starts) - 1
+    counts = jnp.bincount(group, length=int(group[-1]) + 1)
+    return jnp.moveaxis(slices[starts], 0, dim), group.astype(jnp.int64), counts.astype(jnp.int64)
 
 
 @lowers(aten.nonzero_static.default)

@@ -50,6 +50,11 @@ class UnsupportedDtypeError(TypeError):
         super().__init__(f"neuron{': ' + where if where else ''} does not support dtype {dtype}: {hint}")
 
 
+def scalar_type_name(dtype: torch.dtype) -> str:
+    """c10's name of a dtype (Float, Long, ComplexFloat), as PyTorch's kernels spell it in errors."""
+    return torch.empty(0, dtype=dtype, device="meta").type().removeprefix("torch.meta.").removesuffix("Tensor")
+
+
 def to_jax(dtype: torch.dtype):
     try:
         return TORCH_TO_JAX[dtype]
