@@ -4,6 +4,8 @@ import functools
 import pytest
 import torch
 import torch._dynamo
+import torch.nn.functional as F
+from reference import check
 
 import torchneuron
 from torchneuron.compile import compile_stats
@@ -50,6 +52,23 @@ def test_compiled_forward_and_backward_match_eager_and_cpu(kind, model_cls, monk
         torch.testing.assert_close(b_compiled.cpu(), b_cpu, rtol=1e-5, atol=1e-6, msg=name)
     assert compile_stats()["compiles"] >= 2  # a forward and a backward executable
     assert compile_stats().get("eager_graphs", 0) == 0
+
+
+@pytest.mark.parametrize("rank,padding,k,kw", [
+    (1, "valid", 3, {"stride": 2}), (2, "valid", 2, {"groups": 2, "dilation": 2}), (3, "valid", 3, {}),
+    (1, "same", 2, {"dilation": 3}), (2, "same", 2, {}), (2, "same", 3, {"groups": 2, "dilation": 2}),
+    (3, "same", 2, {"groups": 2}),
+])
+def test_compiled_conv_string_padding(rank, padding, k, kw):
+    # AOTAutograd decomposes conv*d(padding=str) to aten.convolution with padding [0] ("valid") or
+    # a constant_pad_nd of the input plus explicit pads ("same" with an even kernel)
+    conv = (F.conv1d, F.conv2d, F.conv3d)[rank - 1]
+    x = torch.randn((2, 4) + (6,) * rank, dtype=torch.float64)
+    w = torch.randn((6, 4 // kw.get("groups", 1)) + (k,) * rank, dtype=torch.float64)
+    fn = torch.compile(lambda x, w, b: conv(x, w, b, padding=padding, **kw), backend="neuron")
+    eager_graphs = compile_stats().get("eager_graphs", 0)
+    check(fn, x, w, torch.randn(6, dtype=torch.float64), grad=True)
+    assert compile_stats().get("eager_graphs", 0) == eager_graphs  # each graph was one executable
 
 
 def test_compiled_training_step_matches_eager():
