@@ -96,6 +96,11 @@ def test_avg_pool2d(dtype, kw):
     check(lambda x: F.avg_pool2d(x, **kw), torch.randn(2, 3, 7, 8, dtype=dtype), grad=True)
 
 
+def test_avg_pool2d_kernel_larger_than_input():
+    # EfficientNet's pooler: AvgPool2d(kernel_size=hidden_dim, ceil_mode=True) over a few pixels
+    check(lambda x: F.avg_pool2d(x, 256, ceil_mode=True), torch.randn(2, 3, 4, 5), grad=True)
+
+
 @pytest.mark.parametrize("size", [1, 3, (2, 5), (4, 4)])
 def test_adaptive_avg_pool2d(size):
     check(nn.AdaptiveAvgPool2d(size), torch.randn(2, 3, 7, 5), grad=True)
