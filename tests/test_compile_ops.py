@@ -1,4 +1,4 @@
-"""Lowerings in torchneuron/lowering/extra.py (ops compiled graphs reach), eager and compiled, vs CPU."""
+"""Ops compiled graphs reach (view scatters, sort, histograms, _grouped_mm), eager and compiled, vs CPU."""
 import pytest
 import torch
 import torch._dynamo

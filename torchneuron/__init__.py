@@ -48,7 +48,6 @@ def _register() -> None:
 
     load_all()
     from . import amp
-    from .amp import ops as _amp_ops  # noqa: F401 (GradScaler's lowerings join the table)
 
     kernels.register_all()
     amp.install()

@@ -17,6 +17,11 @@ ENVIRONMENT = {
     "TORCHNEURON_BUCKETS": "'0' compiles dynamic graphs at exact sizes; default '1' rounds dynamic sizes "
                            "up to power-of-two buckets",
     "TORCHNEURON_MIN_BUCKET": "smallest shape bucket of a dynamic size; default 8",
+    "TORCHNEURON_LAUNCH_BLOCKING": "'1' raises a device-side assert (an index out of bounds) at the op "
+                                   "itself, as CUDA_LAUNCH_BLOCKING; default '0' raises it at the next "
+                                   "synchronisation",
+    "TORCHNEURON_DEVICE_ASSERTS": "'0' compiles ops without their device-side checks (index bounds); "
+                                  "default '1'",
 }
 
 PLATFORM = os.environ.get("TORCHNEURON_PLATFORM", "cpu")
@@ -35,3 +40,5 @@ CACHE_DIR = os.environ.get("TORCHNEURON_CACHE_DIR")
 LOG = frozenset(topic.strip() for topic in os.environ.get("TORCHNEURON_LOG", "").split(",") if topic.strip())
 BUCKETS = os.environ.get("TORCHNEURON_BUCKETS", "1") != "0"
 MIN_BUCKET = int(os.environ.get("TORCHNEURON_MIN_BUCKET", "8"))
+LAUNCH_BLOCKING = os.environ.get("TORCHNEURON_LAUNCH_BLOCKING", "0") == "1"
+DEVICE_ASSERTS = os.environ.get("TORCHNEURON_DEVICE_ASSERTS", "1") != "0"

@@ -143,7 +143,7 @@ def install() -> None:
     for op, kind in policy().items():
         _lib.impl(op, makers[kind](op), KEY)
     # The driver derives in-place variants that mutate only their first argument; these two
-    # mutate two, so they run their functional lowering (amp/ops.py) and write back here.
+    # mutate two, so they run their functional lowering (lowering/amp.py) and write back here.
     _lib.impl(aten._amp_foreach_non_finite_check_and_unscale_.default, _unscale_, "PrivateUse1")
     _lib.impl(aten._amp_update_scale_.default, _update_scale_, "PrivateUse1")
     _fallthrough = torch.library.Library("_", "IMPL")

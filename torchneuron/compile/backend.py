@@ -23,8 +23,8 @@ from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
 
 from .. import config
-from ..lowering import LOWERINGS, calling
-from ..runtime import generators, storages, transfer
+from ..lowering import LOWERINGS, asserts, calling
+from ..runtime import device_asserts, generators, storages, transfer
 from ..runtime.dtypes import to_jax, to_torch
 from ..runtime.layout import Layout, contiguous_stride, read, write
 from . import buckets
@@ -51,55 +51,9 @@ def _unsupported(gm: torch.fx.GraphModule) -> list[str]:
     missing = set()
     for node in gm.graph.nodes:
         if (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
-                and node.target not in LOWERINGS and node.target not in _GRAPH_OPS):
+                and node.target not in LOWERINGS):
             missing.add(str(node.target))
     return sorted(missing)
-
-
-def _meta_dtype(node):
-    from ..runtime.dtypes import to_jax
-    return to_jax(node.meta["val"].dtype)
-
-
-def _copy_into(node, dst, src, *rest):
-    # Into a graph intermediate; copies into graph inputs are mutations, handled in _call.
-    return jax.numpy.broadcast_to(src, dst.shape).astype(dst.dtype)
-
-
-def _cast_copy(node, x, *args, **kwargs):
-    # x.to(dtype / device / memory format): only the dtype changes a value; the device of a graph
-    # output is restored from its meta value when the executable returns.
-    return x.astype(_meta_dtype(node))
-
-
-def _identity(node, x, *args, **kwargs):
-    return x
-
-
-def _allocation(size_arg):
-    # Uninitialised memory in a functional graph is never read before it is written: zeros will do.
-    def allocate(node, *args, **kwargs):
-        return jax.numpy.zeros(tuple(args[size_arg]), _meta_dtype(node))
-    return allocate
-
-
-def _full_like(node, x, fill_value, **kwargs):
-    return jax.numpy.full(x.shape, fill_value, _meta_dtype(node))
-
-
-# Graph ops the compiler handles itself rather than through the table: allocation, device and
-# dtype moves, which are storage concerns in eager mode and plain values in a graph.
-_GRAPH_OPS = {
-    torch.ops.aten.copy_.default: _copy_into,
-    torch.ops.aten._to_copy.default: _cast_copy,
-    torch.ops.aten.lift_fresh_copy.default: _identity,
-    torch.ops.aten.empty.memory_format: _allocation(0),
-    torch.ops.aten.empty_strided.default: _allocation(0),
-    torch.ops.aten.empty_permuted.default: _allocation(0),
-    torch.ops.aten.new_empty.default: _allocation(1),
-    torch.ops.aten.new_empty_strided.default: _allocation(1),
-    torch.ops.aten.full_like.default: _full_like,
-}
 
 
 class CompiledGraph:
@@ -112,6 +66,9 @@ class CompiledGraph:
         self.random_nodes = [n for n in gm.graph.nodes if n.op == "call_function"
                              and n.target in LOWERINGS and LOWERINGS[n.target].random]
         self.mutated_inputs: list[int] = []
+        # a node checks conditions on the device: the device's failure word goes through the graph
+        self.checked = device_asserts.ENABLED and any(
+            n.op == "call_function" and n.target in LOWERINGS and LOWERINGS[n.target].checks for n in gm.graph.nodes)
         self.mutated_placeholders = sorted({
             self.placeholders.index(n.args[0]) for n in gm.graph.nodes
             if n.op == "call_function" and n.target is torch.ops.aten.copy_.default
@@ -134,14 +91,14 @@ class CompiledGraph:
         self._specs: list[_CallSpec] = []
         _stats["graphs"] += 1
 
-    def _run_graph(self, arrays, statics, rng, true_sizes=None):
+    def _run_graph(self, arrays, statics, rng, true_sizes=None, failure=None):
         _stats["compiles"] += 1  # runs only while JAX traces: once per new input signature
         inputs, arrays, statics = [], list(arrays), list(statics)
         for is_array in self.array_mask:
             inputs.append(arrays.pop(0) if is_array else statics.pop(0))
-        return self._evaluate(inputs, rng, true_sizes)
+        return self._evaluate(inputs, rng, true_sizes, failure)  # (outputs, mutated, failure word)
 
-    def _run_direct(self, donated, kept, host, spec_id, rng):
+    def _run_direct(self, donated, kept, host, spec_id, rng, failure):
         """The graph over storage buffers: the call spec says, per input, which buffer and layout
         it reads (or which host array, or its static value); returns the outputs flat, the new
         buffers of the donated (mutated) storages, and the new values of mutated host inputs."""
@@ -158,7 +115,7 @@ class CompiledGraph:
                 inputs.append(host[str(dtype)][start:start + math.prod(shape)].reshape(shape))
             else:
                 inputs.append(where)
-        outputs, mutated = self._evaluate(inputs, rng, None)
+        outputs, mutated, failure = self._evaluate(inputs, rng, None, failure)
         new = {}
         host_new: dict = {}  # host dtype -> flat new values of its mutated inputs, in input order
         for index, value in zip(self.mutated_inputs, mutated):
@@ -177,25 +134,27 @@ class CompiledGraph:
             else:
                 described.append(_Static(o))
         spec.outputs = described
-        return flat, [new.get(g, buffers[g]) for g in donated_groups], host_new
+        return flat, [new.get(g, buffers[g]) for g in donated_groups], host_new, failure
 
-    def _evaluate(self, inputs, rng, true_sizes):
+    def _evaluate(self, inputs, rng, true_sizes, failure):
         env = {}
         for node, value in zip(self.placeholders, inputs):
             env[node] = value
         mutations = {}
         base_key = jax.random.key(rng[0]) if rng is not None else None
         random_index = {n: i for i, n in enumerate(self.random_nodes)}
-        for node in self.gm.graph.nodes:
-            if node.op == "call_function":
-                env[node] = self._call(node, env, mutations, base_key, rng, random_index, true_sizes)
-            elif node.op == "get_attr":  # a constant tensor the graph captured: baked into the executable
-                env[node] = _to_array(getattr(self.gm, node.target), None)
-            elif node.op == "output":
-                outputs = [env[a] if isinstance(a, torch.fx.Node) else a for a in node.args[0]]
+        with asserts.collecting(self.checked) as checks:
+            for node in self.gm.graph.nodes:
+                if node.op == "call_function":
+                    env[node] = self._call(node, env, mutations, base_key, rng, random_index, true_sizes)
+                elif node.op == "get_attr":  # a captured constant tensor: baked into the executable
+                    env[node] = _to_array(getattr(self.gm, node.target), None)
+                elif node.op == "output":
+                    outputs = [env[a] if isinstance(a, torch.fx.Node) else a for a in node.args[0]]
         ordered = sorted(mutations)
         self.mutated_inputs = ordered
-        return outputs, [mutations[i] for i in ordered]
+        return outputs, [mutations[i] for i in ordered], (
+            asserts.updated_failure(failure, checks) if self.checked else None)
 
     def _call(self, node, env, mutations, base_key, rng, random_index, true_sizes):
         def value(a):
@@ -219,8 +178,6 @@ class CompiledGraph:
             mutations[index] = new
             env[node.args[0]] = new
             return new
-        if target in _GRAPH_OPS:
-            return _GRAPH_OPS[target](node, *args, **kwargs)
         lowering = LOWERINGS[target]
         meta_args = _meta_values(node.args)
         meta_kwargs = _meta_values(node.kwargs)
@@ -255,7 +212,11 @@ class CompiledGraph:
         statics = tuple(a for a in arrays if not hasattr(a, "shape"))
         true_sizes = None if true is None else np.array(list(true.values()), np.int64)
         compiles = _stats["compiles"]
-        outputs, mutated = self.jitted([a for a in arrays if hasattr(a, "shape")], statics, rng, true_sizes)
+        failure = device_asserts.word(device.index) if self.checked else None
+        outputs, mutated, failure = self.jitted([a for a in arrays if hasattr(a, "shape")], statics, rng,
+                                                true_sizes, failure)
+        if self.checked:
+            device_asserts.update(device.index, failure)
         if _stats["compiles"] != compiles:
             self._note_compile(arrays)
         else:
@@ -321,15 +282,17 @@ class CompiledGraph:
         compiles = _stats["compiles"]
         host_arrays = {name: transfer.cpu_numpy(torch.cat([t.detach().reshape(-1) for t in same]))
                        for name, same in host.items()}  # numpy: jit moves it with the call
-        flat, new_buffers, host_new = self.direct(
+        flat, new_buffers, host_new, failure = self.direct(
             [buffers[g] for g in spec.donated_groups], [buffers[g] for g in spec.kept_groups], host_arrays,
-            spec_id, rng)
+            spec_id, rng, device_asserts.word(device.index) if self.checked else None)
         if _stats["compiles"] != compiles:
             self._note_compile([(e[2], e[3]) if e[0] == _BUFFER else e[1] for e in entries])
         else:
             _stats["cache_hits"] += 1
         if storages.KEEP_RECENT:
             storages.keep_recent(flat)
+        if self.checked:
+            device_asserts.update(device.index, failure)
         for group, buf in zip(spec.donated_groups, new_buffers):
             if handles[group]:
                 storages.bind(handles[group], buf)

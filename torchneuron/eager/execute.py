@@ -11,8 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..lowering import calling
-from ..runtime import storages, transfer
+from ..lowering import asserts, calling
+from ..runtime import device_asserts, storages, transfer
 from ..runtime.dtypes import PYTHON_SCALAR_TYPES, to_jax
 from ..runtime.generators import next_seed_and_offset
 from ..runtime.layout import apply_math_bits, flatten, read, write
@@ -54,6 +54,8 @@ class PlanExecution:
                               self.compute_dtype, key, self.layout_flags)
 
     def _body(self, *flat):
+        if self.checked:  # the device's failure word comes last
+            flat, failure = flat[:-1], flat[-1]
         n_w, n_o = len(self.written_groups), len(self.read_groups)
         written, others = flat[:n_w], flat[n_w:n_w + n_o]
         scalars = flat[n_w + n_o:]
@@ -67,7 +69,8 @@ class PlanExecution:
             buffers[g] = b
         values = self._read_all(buffers)
         scalars = [jnp.asarray(s) for s in scalars]
-        results = self._call_lowering(values, scalars, rng)
+        with asserts.collecting(self.checked) as checks:
+            results = self._call_lowering(values, scalars, rng)
         new = {}
         for ti, path in self.writes:
             g = self.groups[ti]
@@ -80,21 +83,26 @@ class PlanExecution:
         fresh = [jnp.zeros((0,), to_jax(dt)) if lay.numel == 0 else
                  flatten(jnp.broadcast_to(_at(results, path), lay.shape).astype(to_jax(dt)), lay)
                  for path, lay, dt in self.fresh]
-        return (*[new[g] for g in self.written_groups], *fresh)  # flat: the fastest jit outputs
+        outputs = (*[new[g] for g in self.written_groups], *fresh)  # flat: the fastest jit outputs
+        return (*outputs, asserts.updated_failure(failure, checks)) if self.checked else outputs
 
     def __call__(self, args, kwargs, desc: CallDescription):
         buffers = buffers_of(desc) if desc.missing else desc.buffers
         rng = _next_rng(self.device, args, kwargs, self.schema) if self.random else None
         if self.jitted is None:
-            return self._run_data_dependent(args, kwargs, desc, buffers, rng)
+            return self._call_outside_jit(args, kwargs, desc, buffers, rng)
         flat = list(buffers) if self.in_order else [buffers[g] for g in self.arg_groups]
         if desc.scalars:
             flat += [_lookup_scalar_type(type(v), np.asarray)(v) for v in desc.scalars]
         if rng is not None:
             flat += [np.uint64(rng[0]), np.uint64(rng[1])]
+        if self.checked:
+            flat.append(device_asserts.word(self.device.index))
         outputs = self.jitted(*flat)
         if _KEEP_RECENT:
             storages.keep_recent(outputs)
+        if self.checked:
+            device_asserts.update(self.device.index, outputs[-1])
         n_written = self.n_written
         if n_written:
             handles = desc.handles
@@ -113,9 +121,13 @@ class PlanExecution:
 
     def run_buffers(self, flat):
         """A simple plan's call on its argument buffers: one fresh result."""
+        if self.checked:
+            flat = [*flat, device_asserts.word(self.device.index)]
         outputs = self.jitted(*flat)
         if _KEEP_RECENT:
             storages.keep_recent(outputs)
+        if self.checked:
+            device_asserts.update(self.device.index, outputs[-1])
         return self._single_result(outputs[0])
 
     def _single_result(self, buf):
@@ -158,7 +170,7 @@ class PlanExecution:
         return [apply_math_bits(read(storages.bitcast(buffers[g], to_jax(dt)), lay), bits)
                 for g, dt, lay, bits in zip(self.groups, self.dtypes, self.layouts, self.bits)]
 
-    def _run_data_dependent(self, args, kwargs, desc, buffers, rng):
+    def _call_outside_jit(self, args, kwargs, desc, buffers, rng):
         values = self._read_all(buffers)
         results = self._call_lowering(values, [jnp.asarray(s) for s in desc.scalars], rng)
         made = []

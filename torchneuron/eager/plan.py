@@ -10,12 +10,12 @@ from __future__ import annotations
 import jax
 import torch
 
-from ..lowering import LOWERINGS, Lowering, calling
+from ..lowering import LOWERINGS, META_OVERRIDES, Lowering, calling
+from ..runtime import device_asserts
 from ..runtime.layout import Layout
 from . import overlap
 from .describe import CallDescription
 from .execute import PlanExecution, Slot
-from .meta_overrides import META_OVERRIDES
 from .schema import Kind, OpSchema
 
 
@@ -60,7 +60,7 @@ class Plan(PlanExecution):
         if lowering.data_dependent:
             self.meta_out = None
         else:
-            self.meta_out = self._run_meta(meta_args, meta_kwargs)
+            self.meta_out = self._meta_outputs(meta_args, meta_kwargs)
         # A meta kernel that cannot tell the output shape (x[mask]) makes this call data dependent.
         self.data_dependent = lowering.data_dependent or (self.meta_out is None and not schema.written)
 
@@ -96,6 +96,8 @@ class Plan(PlanExecution):
         self.single_fresh = (lay.shape, lay.stride, self.fresh_prototypes[0], lay.numel > 0) if single else None
         self.in_order = self.arg_groups == list(range(len(buffers)))
         self.random = lowering.random
+        # the lowering checks conditions on the device: the device's failure word goes through the call
+        self.checked = lowering.checks and device_asserts.ENABLED
         self.jitted = None if self.data_dependent else jax.jit(
             self._body, donate_argnums=tuple(range(n_written)))
         # The common call (nothing written, one fresh result, buffers in argument order) takes a
@@ -142,22 +144,22 @@ class Plan(PlanExecution):
         mkwargs = {k: convert(v) for k, v in kwargs.items()}
         return margs, mkwargs, meta_tensors
 
-    def _run_meta(self, margs, mkwargs):
+    def _meta_outputs(self, margs, mkwargs):
         missing = (NotImplementedError, torch._subclasses.fake_tensor.UnsupportedOperatorException)
         functional = self.schema.functional
         try:
             if self.op not in META_OVERRIDES and self.schema.out_args and functional in META_OVERRIDES:
-                return self._run_meta_out(margs, mkwargs, META_OVERRIDES[functional])
+                return self._meta_of_out_overload(margs, mkwargs, META_OVERRIDES[functional])
             return META_OVERRIDES.get(self.op, self.op)(*margs, **mkwargs)
         except missing:
             if not self.schema.out_args or functional is None:
                 return None
         try:  # an out= overload without a meta kernel: its functional's (histogram.bin_ct_out)
-            return self._run_meta_out(margs, mkwargs, functional)
+            return self._meta_of_out_overload(margs, mkwargs, functional)
         except missing:
             return None
 
-    def _run_meta_out(self, margs, mkwargs, functional_meta):
+    def _meta_of_out_overload(self, margs, mkwargs, functional_meta):
         """An out= overload whose functional has an override (or the only meta kernel): its results
         resize the out tensors as PyTorch's resize_output does."""
         names = self.schema.names

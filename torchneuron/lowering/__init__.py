@@ -11,7 +11,10 @@ storages, views, in-place writes or output dtypes; the eager and compile drivers
 
 `promote` names PyTorch's type-promotion kind: the driver casts the `promote_args` (and any
 other traced scalars) to PyTorch's computation dtype first, and the result to PyTorch's
-result dtype after, exactly as torch._refs does.
+result dtype after, exactly as torch._refs does. `meta=` gives the op's meta function where
+PyTorch's is missing or follows CUDA (the eager driver reads all of them from META_OVERRIDES).
+Half-precision math upcasts with `opmath(x)` (float16/bfloat16 to float32), as PyTorch's CPU
+kernels do, and rounds once at the end.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import dataclasses
 import importlib
 from collections.abc import Callable
 
+import jax.numpy as jnp
 import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as KIND
 
@@ -39,7 +43,9 @@ class Lowering:
     static_scalars: bool = False  # Scalars shape the result (arange): compile per value
     data_dependent: bool = False  # output shape depends on values: run outside jit
     random: bool = False  # takes key=, a PRNG key from the device generator
-    graph_only: bool = False  # a view as a value: for graphs; eager keeps views as metadata
+    # For graphs only, where views, allocations and copies are values: eager mode does them as
+    # metadata (views) or storage work (empty, copy_, _to_copy) and registers no kernel for them.
+    graph_only: bool = False
     # Tensor arguments whose memory layout PyTorch's result depends on (det factors A^T when A is
     # contiguous, and its backward relies on that): drivers pass `<name>_contiguous=bool`.
     contiguity: tuple[str, ...] = ()
@@ -47,9 +53,17 @@ class Lowering:
     # between CPU and CUDA): drivers pass `result_shapes=`, the shapes the meta kernel (eager: ours,
     # as on CPU) or the traced graph recorded.
     result_shapes: bool = False
+    # The op's meta function where PyTorch's is missing or encodes a CUDA-only restriction (neuron
+    # behaves like CPU): takes the meta arguments, returns the meta result.
+    meta: Callable | None = None
+    # Makes device-side checks (lowering/asserts.py): drivers thread the device's failure word
+    # through its executables.
+    checks: bool = False
 
 
 LOWERINGS: dict[torch._ops.OpOverload, Lowering] = {}
+# op -> meta function, for the eager driver's layouts: every lowering's `meta`, and overrides_meta's.
+META_OVERRIDES: dict[torch._ops.OpOverload, Callable] = {}
 
 
 def lowers(*ops: torch._ops.OpOverload, **options) -> Callable:
@@ -59,15 +73,48 @@ def lowers(*ops: torch._ops.OpOverload, **options) -> Callable:
         for op in ops:
             if op in LOWERINGS:
                 raise ValueError(f"{op} is lowered twice")
-            LOWERINGS[op] = Lowering(fn, **options)
+            LOWERINGS[op] = lowering = Lowering(fn, **options)
+            if lowering.meta is not None:
+                overrides_meta(op)(lowering.meta)
         return fn
 
     return register
 
 
+def overrides_meta(*ops: torch._ops.OpOverload) -> Callable:
+    """Register `meta` as the meta function of each of `ops`; for ops the table computes through
+    another overload (a mutating op through its lowered functional), whose meta differs."""
+
+    def register(meta: Callable) -> Callable:
+        for op in ops:
+            if op in META_OVERRIDES:
+                raise ValueError(f"{op} has two meta overrides")
+            META_OVERRIDES[op] = meta
+        return meta
+
+    return register
+
+
+_HALF = (jnp.float16, jnp.bfloat16)
+
+
+def opmath_dtype(dtype) -> type | None:
+    """The dtype PyTorch's CPU kernels compute `dtype` in, their "opmath" type: float32 for float16
+    and bfloat16, which then round once at the end; None for the rest (they compute in themselves)."""
+    return jnp.float32 if dtype in _HALF else None
+
+
+def opmath(x):
+    """Array `x` (or None) in its opmath dtype.
+
+        opmath(jnp.ones(2, jnp.bfloat16)).dtype  # float32
+    """
+    return x.astype(jnp.float32) if x is not None and x.dtype in _HALF else x
+
+
 FAMILIES = ("elementwise", "reductions", "shape", "indexing", "linalg", "nn", "factories", "random", "foreach",
-            "views", "extra", "sampling", "pooling", "activations", "fft", "polynomials", "special",
-            "embedding_bag", "ctc")
+            "views", "histograms", "sampling", "pooling", "activations", "fft", "polynomials", "special",
+            "embedding_bag", "ctc", "amp")
 
 
 def load_all() -> dict:

@@ -14,7 +14,7 @@ import torch
 from torch._prims_common import elementwise_dtypes
 
 from ..runtime.dtypes import PYTHON_SCALAR_TYPES, to_jax
-from . import Lowering
+from . import Lowering, asserts
 
 
 class Kind(enum.Enum):
@@ -100,7 +100,8 @@ def invoke(op, lowering: Lowering, args, kwargs, compute=None, key=None, layout_
     if layout_flags:
         call_kwargs.update(layout_flags)
     try:
-        result = lowering.fn(*call_args, **call_kwargs)
+        with asserts.op_scope(op):
+            result = lowering.fn(*call_args, **call_kwargs)
     except Exception as e:
         dtypes = ", ".join(str(a.dtype) for a in jax.tree_util.tree_leaves(list(args)) if hasattr(a, "dtype"))
         raise type(e)(f"neuron: {op} failed for dtypes ({dtypes or 'no tensors'}): {e}") from e

@@ -1,4 +1,4 @@
-"""Lowerings: elementwise arithmetic, comparison, logic, math functions and activations.
+"""Lowerings: elementwise arithmetic, comparison, logic, math functions and copies.
 
 Conventions: with `promote=` the driver has already cast the promoted tensors and every traced
 Scalar to PyTorch's computation dtype (float32 for half types), so these functions compute in
@@ -18,7 +18,6 @@ from ..runtime.dtypes import CPU_ACC_TYPE, to_jax
 from . import DEFAULT, INT_TO_FLOAT, NO_OPMATH, aten, lowers
 
 SELF = ("self",)
-GRAD_SELF = ("grad_output", "self")
 
 
 def _is_exact(x) -> bool:
@@ -498,9 +497,12 @@ def _binary(fn):
     return lambda self, other: fn(self, other)
 
 
-for _packet, _fn in ((aten.eq, jnp.equal), (aten.ne, jnp.not_equal), (aten.lt, jnp.less),
-                     (aten.le, jnp.less_equal), (aten.gt, jnp.greater), (aten.ge, jnp.greater_equal)):
-    lowers(_packet.Tensor, _packet.Scalar, promote=DEFAULT)(_binary(_fn))
+lowers(aten.eq.Tensor, aten.eq.Scalar, promote=DEFAULT)(_binary(jnp.equal))
+lowers(aten.ne.Tensor, aten.ne.Scalar, promote=DEFAULT)(_binary(jnp.not_equal))
+lowers(aten.lt.Tensor, aten.lt.Scalar, promote=DEFAULT)(_binary(jnp.less))
+lowers(aten.le.Tensor, aten.le.Scalar, promote=DEFAULT)(_binary(jnp.less_equal))
+lowers(aten.gt.Tensor, aten.gt.Scalar, promote=DEFAULT)(_binary(jnp.greater))
+lowers(aten.ge.Tensor, aten.ge.Scalar, promote=DEFAULT)(_binary(jnp.greater_equal))
 
 
 def _truth(x):
@@ -527,13 +529,16 @@ def logical_not(self):
     return ~_truth(self)
 
 
-for _name, _fn in (("bitwise_and", jnp.bitwise_and), ("bitwise_or", jnp.bitwise_or),
-                   ("bitwise_xor", jnp.bitwise_xor), ("bitwise_left_shift", jnp.left_shift),
-                   ("bitwise_right_shift", jnp.right_shift)):
-    _packet = getattr(aten, _name)
-    _overloads = [getattr(_packet, o) for o in ("Tensor", "Scalar", "Tensor_Scalar", "Scalar_Tensor")
-                  if o in _packet.overloads()]
-    lowers(*_overloads, promote=DEFAULT)(_binary(_fn))
+lowers(aten.bitwise_and.Tensor, aten.bitwise_and.Scalar, aten.bitwise_and.Scalar_Tensor,
+       promote=DEFAULT)(_binary(jnp.bitwise_and))
+lowers(aten.bitwise_or.Tensor, aten.bitwise_or.Scalar, aten.bitwise_or.Scalar_Tensor,
+       promote=DEFAULT)(_binary(jnp.bitwise_or))
+lowers(aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar, aten.bitwise_xor.Scalar_Tensor,
+       promote=DEFAULT)(_binary(jnp.bitwise_xor))
+lowers(aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar,
+       aten.bitwise_left_shift.Scalar_Tensor, promote=DEFAULT)(_binary(jnp.left_shift))
+lowers(aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar,
+       aten.bitwise_right_shift.Scalar_Tensor, promote=DEFAULT)(_binary(jnp.right_shift))
 lowers(aten.__lshift__.Tensor, aten.__lshift__.Scalar, promote=DEFAULT)(_binary(jnp.left_shift))
 lowers(aten.__rshift__.Tensor, aten.__rshift__.Scalar, promote=DEFAULT)(_binary(jnp.right_shift))
 
@@ -631,194 +636,26 @@ def nan_to_num(self, nan=None, posinf=None, neginf=None):
     return jnp.nan_to_num(self, nan=0.0 if nan is None else nan, posinf=posinf, neginf=neginf)
 
 
-# ------------------------------------------------------------ activations
-# promote=DEFAULT on self alone: half types compute in float32 like PyTorch's CPU kernels, and
-# the Scalar parameters arrive in that dtype.
-def activation(*ops):
-    return lowers(*ops, promote=DEFAULT, promote_args=SELF)
-
-
-def backward(*ops, args=GRAD_SELF):
-    return lowers(*ops, promote=DEFAULT, promote_args=args)
-
-
-@activation(aten.relu.default)
-def relu(self):
-    return jnp.maximum(self, jnp.zeros_like(self))
-
-
-@activation(aten.threshold.default)
-def threshold(self, threshold, value):
-    return jnp.where(self <= threshold, value, self)
-
-
-@backward(aten.threshold_backward.default)
-def threshold_backward(grad_output, self, threshold):
-    return jnp.where(self <= threshold, jnp.zeros_like(grad_output), grad_output)
-
-
-_SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
-_GELU_KAPPA = 0.044715
-
-
-@activation(aten.gelu.default)
-def gelu(self, *, approximate="none"):
-    if approximate == "tanh":
-        inner = _SQRT_2_OVER_PI * (self + _GELU_KAPPA * self * self * self)
-        return 0.5 * self * (1 + jnp.tanh(inner))
-    return 0.5 * self * (1 + lax.erf(self * math.sqrt(0.5)))
-
-
-@backward(aten.gelu_backward.default)
-def gelu_backward(grad_output, self, *, approximate="none"):
-    x = self
-    if approximate == "tanh":
-        x_sq = x * x
-        tanh_inner = jnp.tanh(_SQRT_2_OVER_PI * (x + _GELU_KAPPA * x_sq * x))
-        left = 0.5 * x
-        left_derivative = 0.5 * (1 + tanh_inner)
-        right_derivative = left * (1 - tanh_inner * tanh_inner) * _SQRT_2_OVER_PI * (1 + 3 * _GELU_KAPPA * x_sq)
-        return grad_output * (left_derivative + right_derivative)
-    cdf = 0.5 * (1 + lax.erf(x * math.sqrt(0.5)))
-    pdf = jnp.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
-    return grad_output * (cdf + x * pdf)
-
-
-@activation(aten.silu.default)
-def silu(self):
-    return self / (1 + jnp.exp(-self))
-
-
-@activation(aten.mish.default)
-def mish(self):
-    return self * jnp.tanh(jnp.log1p(jnp.exp(self)))
-
-
-@backward(aten.sigmoid_backward.default, args=("grad_output", "output"))
-def sigmoid_backward(grad_output, output):
-    return grad_output * jnp.conj((1 - output) * output)
-
-
-@backward(aten.tanh_backward.default, args=("grad_output", "output"))
-def tanh_backward(grad_output, output):
-    return grad_output * jnp.conj(1 - output * output)
-
-
-@activation(aten.hardtanh.default)
-def hardtanh(self, min_val=-1, max_val=1):
-    return _clamp_max(_clamp_min(self, min_val), max_val)
-
-
-@backward(aten.hardtanh_backward.default)
-def hardtanh_backward(grad_output, self, min_val, max_val):
-    return jnp.where((self <= min_val) | (self >= max_val), jnp.zeros_like(grad_output), grad_output)
-
-
-def _relu6(x):
-    return jnp.minimum(jnp.maximum(x, 0), 6)
-
-
-@activation(aten.hardsigmoid.default)
-def hardsigmoid(self):
-    return _relu6(self + 3) / 6
-
-
-@backward(aten.hardsigmoid_backward.default)
-def hardsigmoid_backward(grad_output, self):
-    return jnp.where((self > -3) & (self < 3), grad_output / 6, jnp.zeros_like(grad_output))
-
-
-@activation(aten.hardswish.default)
-def hardswish(self):
-    return self * _relu6(self + 3) / 6
-
-
-@backward(aten.hardswish_backward.default)
-def hardswish_backward(grad_output, self):
-    inside = grad_output * (self / 3 + 0.5)
-    return jnp.where(self <= -3, jnp.zeros_like(grad_output), jnp.where(self < 3, inside, grad_output))
-
-
-@activation(aten.leaky_relu.default)
-def leaky_relu(self, negative_slope=0.01):
-    return jnp.where(self > 0, self, self * negative_slope)
-
-
-@backward(aten.leaky_relu_backward.default)
-def leaky_relu_backward(grad_output, self, negative_slope, self_is_result):
-    return jnp.where(self > 0, grad_output, grad_output * negative_slope)
-
-
-@activation(aten.elu.default)
-def elu(self, alpha=1, scale=1, input_scale=1):
-    return jnp.where(self > 0, self * scale, jnp.expm1(self * input_scale) * (alpha * scale))
-
-
-@backward(aten.elu_backward.default, args=("grad_output", "self_or_result"))
-def elu_backward(grad_output, alpha, scale, input_scale, is_result, self_or_result):
-    x = self_or_result
-    if is_result:  # x is elu's output: exp(x_in * input_scale) = x / (alpha * scale) + 1
-        negative = grad_output * input_scale * (x + alpha * scale)
-    else:
-        negative = grad_output * input_scale * (alpha * scale) * jnp.exp(x * input_scale)
-    return jnp.where(x <= 0, negative, grad_output * scale)
-
-
-@activation(aten.celu.default)
-def celu(self, alpha=1.0):
-    return jnp.where(self > 0, self, jnp.expm1(self / alpha) * alpha)
-
-
-@activation(aten.softplus.default)
-def softplus(self, beta=1, threshold=20):
-    scaled = self * beta
-    return jnp.where(scaled > threshold, self, jnp.log1p(jnp.exp(scaled)) / beta)
-
-
-@backward(aten.softplus_backward.default)
-def softplus_backward(grad_output, self, beta, threshold):
-    z = jnp.exp(self * beta)
-    return jnp.where(self * beta > threshold, grad_output, grad_output * z / (z + 1))
-
-
-@backward(aten.logit_backward.default)
-def logit_backward(grad_output, self, eps=None):
-    derivative = grad_output / (self * (1 - self))
-    if eps is None:
-        outside, fill = (self < 0) | (self > 1), jnp.nan
-    else:
-        outside, fill = (self < eps) | (self > 1 - eps), 0
-    return jnp.where(outside, _const(fill, derivative), derivative)
-
-
-@activation(aten.softshrink.default)
-def softshrink(self, lambd=0.5):
-    return jnp.where(self > lambd, self - lambd, jnp.where(self < -lambd, self + lambd, self * 0))
-
-
-@activation(aten.hardshrink.default)
-def hardshrink(self, lambd=0.5):
-    return jnp.where((self >= -lambd) & (self <= lambd), jnp.zeros_like(self), self)
-
-
-def _shrink_backward(grad, self, lambd):
-    return jnp.where((self >= -lambd) & (self <= lambd), jnp.zeros_like(grad), grad)
-
-
-@backward(aten.softshrink_backward.default)
-def softshrink_backward(grad_output, self, lambd):
-    return _shrink_backward(grad_output, self, lambd)
-
-
-@backward(aten.hardshrink_backward.default, args=("grad_out", "self"))
-def hardshrink_backward(grad_out, self, lambd):
-    return _shrink_backward(grad_out, self, lambd)
-
-
 # ------------------------------------------------------------ copy
+# copy_ reaches the table only in graphs, into an intermediate; a copy_ into a graph input is a
+# mutation, which the compile driver writes back. In eager mode copies are transfers.
+@lowers(aten.copy_.default, graph_only=True)
 @lowers(aten.copy.default)
 def copy(self, src, non_blocking=False):
     return jnp.broadcast_to(src, self.shape).astype(self.dtype)
+
+
+@lowers(aten._to_copy.default, graph_only=True)
+def to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+            memory_format=None):
+    # x.to(dtype / device / memory format) in a graph: only the dtype changes a value; the device
+    # of a graph output is restored from its meta value when the executable returns.
+    return self if dtype is None else self.astype(to_jax(dtype))
+
+
+@lowers(aten.lift_fresh_copy.default, graph_only=True)
+def lift_fresh_copy(self):
+    return self
 
 
 

@@ -4,12 +4,13 @@ Bags are given by `offsets` (where each bag starts in the flat `indices`); `offs
 index to its bag. Besides the values, CPU's kernel returns offset2bag, bag sizes and the rows the
 maxima came from, with shapes that depend on the mode and on whether its summing fast path ran;
 backward reads them. Their shapes come from the meta kernel (`result_shapes`): CPU's in eager mode
-(`eager/meta_overrides.py`), CUDA's in graphs (what PyTorch's fake kernels record for a non-CPU device).
+(the lowering's `meta`), CUDA's in graphs (what PyTorch's fake kernels record for a non-CPU device).
 """
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import torch
 
 from . import aten, lowers
 
@@ -100,7 +101,29 @@ def _embedding_bag(weight, indices, offsets, mode, per_sample_weights, include_l
 _OPTIONS = {"contiguity": ("weight",), "result_shapes": True}
 
 
-@lowers(aten._embedding_bag.default, aten._embedding_bag_forward_only.default, **_OPTIONS)
+def _cpu_layout(op, forward_only):
+    """The meta function of `op` with CPU's auxiliary outputs (PyTorch's meta kernel gives CUDA's for
+    any tensor not on CPU): offset2bag is empty when the summing fast path skips it, bag sizes and max
+    indices are per bag (per offset for sums in the forward-only variant) and index-typed as indices
+    and offsets together."""
+    def meta(weight, indices, offsets, scale_grad_by_freq=False, mode=SUM, sparse=False, per_sample_weights=None,
+             include_last_offset=False, padding_idx=-1):
+        output = op(weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights,
+                    include_last_offset, padding_idx)[0]
+        index = torch.promote_types(indices.dtype, offsets.dtype)
+        fast = mode == SUM and fast_select(str(weight.dtype).removeprefix("torch."), padding_idx,
+                                           weight.is_contiguous())
+        offset2bag = indices.new_empty((0 if fast else indices.shape[0],), dtype=index)
+        bags = offsets.shape[0] if forward_only and mode == SUM else output.shape[0]
+        bag_size = indices.new_empty((bags,), dtype=index)
+        max_indices = indices.new_empty(output.shape if mode == MAX else (bags,), dtype=index)
+        return output, offset2bag, bag_size, max_indices
+    return meta
+
+
+@lowers(aten._embedding_bag.default, meta=_cpu_layout(aten._embedding_bag.default, False), **_OPTIONS)
+@lowers(aten._embedding_bag_forward_only.default,
+        meta=_cpu_layout(aten._embedding_bag_forward_only.default, True), **_OPTIONS)
 def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=SUM, sparse=False,
                   per_sample_weights=None, include_last_offset=False, padding_idx=-1, *, weight_contiguous,
                   result_shapes):

@@ -1,7 +1,8 @@
 """Lowerings: factories (fill, full, arange, linspace, logspace, eye, scalar_tensor).
 
-zeros/ones/full_like/new_* decompose above us into empty + fill_/zero_, whose functional
-forms (fill, zero) are lowered here; empty and empty_like only allocate.
+In eager mode zeros/ones/full_like/new_* decompose above us into empty + fill_/zero_, whose
+functional forms (fill, zero) are lowered here; empty and empty_like only allocate (storage work,
+not the table's). Graphs reach allocations and full_like as values: those lowerings are graph-only.
 """
 from __future__ import annotations
 
@@ -42,6 +43,33 @@ def _result_dtype(dtype, *values) -> torch.dtype:
     if all(isinstance(v, (bool, int)) for v in values):
         return torch.int64
     return torch.get_default_dtype()
+
+
+# Uninitialised memory in a functional graph is never read before it is written: zeros will do.
+@lowers(aten.empty.memory_format, graph_only=True)
+def empty(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return jnp.zeros(tuple(size), to_jax(dtype or torch.get_default_dtype()))
+
+
+@lowers(aten.empty_strided.default, graph_only=True)
+def empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return jnp.zeros(tuple(size), to_jax(dtype or torch.get_default_dtype()))
+
+
+@lowers(aten.empty_permuted.default, graph_only=True)
+def empty_permuted(size, physical_layout, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return jnp.zeros(tuple(size), to_jax(dtype or torch.get_default_dtype()))
+
+
+@lowers(aten.new_empty_strided.default, graph_only=True)
+def new_empty_strided(self, size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return jnp.zeros(tuple(size), self.dtype if dtype is None else to_jax(dtype))
+
+
+@lowers(aten.full_like.default, graph_only=True)
+def full_like(self, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    # The driver casts to the meta dtype (dtype, else self's).
+    return jnp.broadcast_to(fill_value, self.shape)
 
 
 @lowers(aten.arange.default, aten.arange.start, aten.arange.start_step, static_scalars=True)

@@ -50,35 +50,45 @@ def _map(fn, self, other=None, to_float=False, tensors=False):
     return out
 
 
-def _binary(name: str, fn, to_float=False) -> None:
-    """Lower _foreach_<name>'s List overload (full promotion) and its Scalar, ScalarList and
-    Tensor overloads (scalar promotion). fn(x, y, alpha) computes one element."""
-    packet = getattr(aten, f"_foreach_{name}")
+def _binary(list_op, scalar_ops, fn, to_float=False) -> None:
+    """Lower a binary foreach op: its List overload `list_op` (full promotion) and its Scalar,
+    ScalarList and Tensor overloads `scalar_ops` (scalar promotion). fn(x, y, alpha) computes one
+    element."""
 
+    @lowers(list_op)
     def of_lists(self, other, *, alpha=1):
         return _map(lambda x, y: fn(x, y, alpha), self, other, to_float, tensors=True)
 
+    @lowers(*scalar_ops)
     def of_scalars(self, other, *, alpha=1):
         return _map(lambda x, y: fn(x, y, alpha), self, other, to_float)
-
-    lowers(packet.List)(of_lists)
-    lowers(*(getattr(packet, o) for o in ("Scalar", "ScalarList", "Tensor") if o in packet.overloads()))(
-        of_scalars)
 
 
 def _scaled(alpha, x):
     return jnp.asarray(alpha).astype(x.dtype) * x
 
 
-_binary("add", lambda x, y, alpha: x + _scaled(alpha, y))
-_binary("sub", lambda x, y, alpha: x - _scaled(alpha, y))
-_binary("mul", lambda x, y, alpha: x * y)
-_binary("div", lambda x, y, alpha: x / y, to_float=True)
-_binary("maximum", lambda x, y, alpha: jnp.maximum(x, y))
-_binary("clamp_min", lambda x, y, alpha: jnp.maximum(x, y))
-_binary("minimum", lambda x, y, alpha: jnp.minimum(x, y))
-_binary("clamp_max", lambda x, y, alpha: jnp.minimum(x, y))
-_binary("pow", lambda x, y, alpha: jnp.power(x, y))
+_binary(aten._foreach_add.List,
+        (aten._foreach_add.Scalar, aten._foreach_add.ScalarList, aten._foreach_add.Tensor),
+        lambda x, y, alpha: x + _scaled(alpha, y))
+_binary(aten._foreach_sub.List, (aten._foreach_sub.Scalar, aten._foreach_sub.ScalarList),
+        lambda x, y, alpha: x - _scaled(alpha, y))
+_binary(aten._foreach_mul.List,
+        (aten._foreach_mul.Scalar, aten._foreach_mul.ScalarList, aten._foreach_mul.Tensor),
+        lambda x, y, alpha: x * y)
+_binary(aten._foreach_div.List,
+        (aten._foreach_div.Scalar, aten._foreach_div.ScalarList, aten._foreach_div.Tensor),
+        lambda x, y, alpha: x / y, to_float=True)
+_binary(aten._foreach_maximum.List, (aten._foreach_maximum.Scalar, aten._foreach_maximum.ScalarList),
+        lambda x, y, alpha: jnp.maximum(x, y))
+_binary(aten._foreach_clamp_min.List, (aten._foreach_clamp_min.Scalar, aten._foreach_clamp_min.ScalarList),
+        lambda x, y, alpha: jnp.maximum(x, y))
+_binary(aten._foreach_minimum.List, (aten._foreach_minimum.Scalar, aten._foreach_minimum.ScalarList),
+        lambda x, y, alpha: jnp.minimum(x, y))
+_binary(aten._foreach_clamp_max.List, (aten._foreach_clamp_max.Scalar, aten._foreach_clamp_max.ScalarList),
+        lambda x, y, alpha: jnp.minimum(x, y))
+_binary(aten._foreach_pow.List, (aten._foreach_pow.Scalar, aten._foreach_pow.ScalarList),
+        lambda x, y, alpha: jnp.power(x, y))
 
 
 @lowers(aten._foreach_pow.ScalarAndTensor)

@@ -1,8 +1,9 @@
 """Lowerings: indexing, gathers and scatters.
 
-Negative indices wrap as in PyTorch (JAX's indexing normalises them). Out-of-range indices,
-which PyTorch rejects, cannot raise inside a compiled computation: gathers clamp them and
-scatters drop them.
+Negative indices wrap where PyTorch allows them (JAX's indexing normalises them). Out-of-range
+indices cannot raise inside a compiled computation: each op checks them as a device-side assert
+(lowering/asserts.py), reported at the next synchronisation; the computation itself clamps
+gathers and drops scatters.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import math
 import jax.numpy as jnp
 
 from . import aten, lowers
+from .asserts import check_index
 
 
 def _is_mask(index) -> bool:
@@ -31,9 +33,24 @@ def _key(indices) -> tuple:
     return tuple(key)
 
 
-@lowers(aten.index.Tensor, aten._unsafe_index.Tensor)
+def _check_advanced(self, indices) -> None:
+    """Each integer index within the size of the dimension it indexes (masks are sized by meta)."""
+    dim = 0
+    for index in indices:
+        if index is not None and not _is_mask(index):
+            check_index(index, self.shape[dim], f"index along dimension {dim}", negative=True)
+        dim += 1 if index is None or not _is_mask(index) else index.ndim
+
+
+@lowers(aten.index.Tensor, checks=True)
 def index(self, indices):
+    _check_advanced(self, indices)
     return self[_key(indices)]
+
+
+@lowers(aten._unsafe_index.Tensor)
+def unsafe_index(self, indices):
+    return self[_key(indices)]  # its callers' indices are in range: no check
 
 
 def _advanced_axis(self, indices) -> tuple[int, int]:
@@ -83,8 +100,14 @@ def _scatter_into(at, method: str, values, dtype):
     return getattr(at, method)(values, mode="drop")
 
 
-@lowers(aten.index_put.default, aten._index_put_impl.default, aten._unsafe_index_put.default)
+@lowers(aten.index_put.default, aten._index_put_impl.default, checks=True)
 def index_put(self, indices, values, accumulate=False, unsafe=False):
+    _check_advanced(self, indices)
+    return unsafe_index_put(self, indices, values, accumulate)
+
+
+@lowers(aten._unsafe_index_put.default)
+def unsafe_index_put(self, indices, values, accumulate=False):
     at = self.at[_put_key(self, indices, values)]
     return _scatter_into(at, "add" if accumulate else "set", values.astype(self.dtype), self.dtype)
 
@@ -98,31 +121,40 @@ def _as_1d(x):
     return x.reshape(1) if x.ndim == 0 else x
 
 
-@lowers(aten.index_select.default)
+@lowers(aten.index_select.default, checks=True)
 def index_select(self, dim, index):
+    check_index(index, _size(self, dim))
     out = jnp.take(_as_1d(self), _as_1d(index), axis=dim, mode="clip")
     return out.reshape(()) if self.ndim == 0 else out
 
 
-@lowers(aten.index_add.default)
+@lowers(aten.index_add.default, checks=True)
 def index_add(self, dim, index, source, *, alpha=1):
+    check_index(index, _size(self, dim))
     x = _as_1d(self)
     source = _as_1d(source).astype(self.dtype) * jnp.asarray(alpha).astype(self.dtype)
     return _scatter_into(x.at[_dim_key(x.ndim, dim, _as_1d(index))], "add", source, x.dtype).reshape(self.shape)
 
 
-@lowers(aten.index_copy.default)
+@lowers(aten.index_copy.default, checks=True)
 def index_copy(self, dim, index, source):
+    check_index(index, _size(self, dim))
     x = _as_1d(self)
     source = _as_1d(source).astype(self.dtype)
     return x.at[_dim_key(x.ndim, dim, _as_1d(index))].set(source, mode="drop").reshape(self.shape)
 
 
-@lowers(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
+@lowers(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor, checks=True)
 def index_fill(self, dim, index, value):
+    check_index(index, _size(self, dim), negative=True)
     x = _as_1d(self)
     value = jnp.asarray(value).astype(self.dtype)
     return x.at[_dim_key(x.ndim, dim, _as_1d(index))].set(value, mode="drop").reshape(self.shape)
+
+
+def _size(self, dim: int) -> int:
+    """The size of `self` along `dim`; a 0-d tensor counts as one element."""
+    return self.shape[dim] if self.ndim else 1
 
 
 def _coords(index, dim: int) -> tuple:
@@ -132,10 +164,11 @@ def _coords(index, dim: int) -> tuple:
     return tuple(index if d == dim else grids[d] for d in range(index.ndim))
 
 
-@lowers(aten.gather.default)
+@lowers(aten.gather.default, checks=True)
 def gather(self, dim, index, *, sparse_grad=False):
     if index.size == 0:  # PyTorch accepts an empty index of any rank
         return jnp.zeros(index.shape, self.dtype)
+    check_index(index, _size(self, dim))
     if self.ndim == 0:
         return jnp.broadcast_to(self, index.shape)
     return self[_coords(index, dim)]
@@ -153,23 +186,24 @@ _SCATTER = {"add": "add", "sum": "add", "multiply": "multiply", "prod": "multipl
 
 
 def _scatter(self, dim, index, src, reduce):
+    check_index(index, _size(self, dim))
     if self.ndim == 0:  # a 0-d tensor scatters as a 1-element vector
         return _scatter(self.reshape(1), 0, index.reshape(-1), jnp.reshape(src, -1), reduce).reshape(())
     src = _shaped_like(jnp.asarray(src).astype(self.dtype), index)
     return _scatter_into(self.at[_coords(index, dim)], _SCATTER[reduce], src, self.dtype)
 
 
-@lowers(aten.scatter.src, aten.scatter.value)
+@lowers(aten.scatter.src, aten.scatter.value, checks=True)
 def scatter(self, dim, index, src):
     return _scatter(self, dim, index, src, None)
 
 
-@lowers(aten.scatter.reduce, aten.scatter.value_reduce)
+@lowers(aten.scatter.reduce, aten.scatter.value_reduce, checks=True)
 def scatter_reduce_legacy(self, dim, index, src, *, reduce):
     return _scatter(self, dim, index, src, reduce)
 
 
-@lowers(aten.scatter_add.default)
+@lowers(aten.scatter_add.default, checks=True)
 def scatter_add(self, dim, index, src):
     return _scatter(self, dim, index, src, "add")
 
@@ -186,7 +220,7 @@ def _identity(reduce: str, dtype):
     return jnp.asarray(low if reduce == "amax" else high, dtype)
 
 
-@lowers(aten.scatter_reduce.two)
+@lowers(aten.scatter_reduce.two, checks=True)
 def scatter_reduce(self, dim, index, src, reduce, *, include_self=True):
     base = self if include_self else _scatter(self, dim, index, _identity(reduce, self.dtype), None)
     out = _scatter(base, dim, index, src, "sum" if reduce == "mean" else reduce)
@@ -222,13 +256,15 @@ def masked_scatter_backward(grad_output, mask, sizes):
     return grad.reshape(sizes)
 
 
-@lowers(aten.take.default)
+@lowers(aten.take.default, checks=True)
 def take(self, index):
+    check_index(index, self.size, negative=True)
     return self.reshape(-1)[index]
 
 
-@lowers(aten.put.default)
+@lowers(aten.put.default, checks=True)
 def put(self, index, source, accumulate=False):
+    check_index(index, self.size, negative=True)
     at = self.reshape(-1).at[index.reshape(-1)]
     source = source.reshape(-1).astype(self.dtype)
     return _scatter_into(at, "add" if accumulate else "set", source, self.dtype).reshape(self.shape)

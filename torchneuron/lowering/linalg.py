@@ -11,16 +11,10 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+import torch
 from jax import lax
 
-from . import aten, lowers
-
-_LOW = (jnp.float16, jnp.bfloat16)
-
-
-def _acc_dtype(dtype):
-    return jnp.float32 if dtype in _LOW else None
-
+from . import aten, lowers, opmath_dtype
 
 # Below this many multiply-adds a product runs as an elementwise multiply and a sum, which XLA
 # fuses into one loop: XLA:CPU's dot kernel costs about a microsecond more than such work (8x8 mm).
@@ -36,7 +30,7 @@ def _is_small_product(a, b) -> bool:
 def matmul(a, b, out_dtype=None):
     """a @ b, accumulated in float32 for half types, returned in out_dtype (default a's dtype)."""
     out_dtype = out_dtype or a.dtype
-    acc = _acc_dtype(a.dtype)
+    acc = opmath_dtype(a.dtype)
     if _is_small_product(a, b):
         wide = acc or a.dtype
         return (a[..., :, :, None].astype(wide) * b[..., None, :, :].astype(wide)).sum(-2).astype(out_dtype)
@@ -46,7 +40,7 @@ def matmul(a, b, out_dtype=None):
 def _scaled_sum(self, product, beta, alpha):
     """beta * self + alpha * product; beta == 0 ignores self entirely (NaN/inf included)."""
     dtype = product.dtype
-    acc = _acc_dtype(dtype) or dtype
+    acc = opmath_dtype(dtype) or dtype
     scaled = product.astype(acc) * jnp.asarray(alpha).astype(acc)
     base = jnp.where(beta == 0, jnp.zeros((), acc), self.astype(acc) * jnp.asarray(beta).astype(acc))
     return (base + scaled).astype(dtype)
@@ -54,7 +48,7 @@ def _scaled_sum(self, product, beta, alpha):
 
 def _keep_acc(a, b):
     """The product in the accumulation dtype (for addmm-like ops that round once at the end)."""
-    acc = _acc_dtype(a.dtype)
+    acc = opmath_dtype(a.dtype)
     return jnp.matmul(a, b, preferred_element_type=acc)
 
 
@@ -92,6 +86,41 @@ def addmm_dtype(self, mat1, mat2, out_dtype, *, beta=1, alpha=1):
 @lowers(aten.addbmm.default)
 def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
     return _scaled_sum(self, jnp.sum(_keep_acc(batch1, batch2), axis=0), beta, alpha).astype(batch1.dtype)
+
+
+def _grouped_mm_meta(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
+    # CUDA's kernel takes bfloat16 only; CPU's (and ours) any floating type.
+    low = torch.bfloat16
+    out = aten._grouped_mm.default(mat_a.to(low), mat_b.to(low), offs,
+                                   None if bias is None else bias.to(low), None)
+    return out.to(out_dtype or mat_a.dtype)
+
+
+@lowers(aten._grouped_mm.default, meta=_grouped_mm_meta)
+def grouped_mm(self, mat2, offs=None, bias=None, out_dtype=None):
+    """Matrix products over groups: `offs` (int32 cumulative ends) splits the 2-D operand's rows
+    (2-D x 3-D), its columns (3-D x 2-D) or the shared inner dimension (2-D x 2-D)."""
+    dtype = jnp.promote_types(self.dtype, jnp.float32)
+    a, b = self.astype(dtype), mat2.astype(dtype)
+    if a.ndim == 3 and b.ndim == 3:
+        out = jnp.matmul(a, b)
+    elif a.ndim == 2 and b.ndim == 3:
+        out = jnp.einsum("mk,gkn,gm->mn", a, b, _groups(offs, a.shape[0]))
+    elif a.ndim == 3:
+        out = jnp.einsum("gmk,kn,gn->mn", a, b, _groups(offs, b.shape[1]))
+    else:
+        out = jnp.einsum("mk,kn,gk->gmn", a, b, _groups(offs, a.shape[1]))
+    if bias is not None:
+        out = out + bias.astype(dtype)
+    return out
+
+
+def _groups(offs, n):
+    """One-hot (groups, n): which group each of n positions belongs to; positions past the last
+    offset belong to none (their results are zero)."""
+    position = jnp.arange(n)
+    starts = jnp.concatenate([jnp.zeros(1, offs.dtype), offs[:-1]])
+    return ((position[None, :] >= starts[:, None]) & (position[None, :] < offs[:, None])).astype(jnp.float32)
 
 
 @lowers(aten.addr.default)
@@ -562,7 +591,14 @@ def linalg_qr(A, mode="reduced"):
     return tuple(jnp.linalg.qr(A, mode=mode))
 
 
-@lowers(aten.geqrf.default)
+def _geqrf_meta(A):
+    # PyTorch has no meta kernel for geqrf; LAPACK's result is column-major, as on CPU.
+    *batch, m, n = A.shape
+    a = torch.empty((*batch, n, m), dtype=A.dtype, device="meta").mT
+    return a, torch.empty((*batch, min(m, n)), dtype=A.dtype, device="meta")
+
+
+@lowers(aten.geqrf.default, meta=_geqrf_meta)
 def geqrf(self):
     h, tau = jnp.linalg.qr(self, mode="raw")  # LAPACK's geqrf, with its output transposed
     return _mT(h), tau
@@ -697,7 +733,7 @@ def _expm_scale_square(a, norm, theta, real):
 
 @lowers(aten.linalg_matrix_exp.default)
 def linalg_matrix_exp(self):
-    acc = _acc_dtype(self.dtype)
+    acc = opmath_dtype(self.dtype)
     if acc is not None:  # half types: CPU's scheme in float32, rounded once
         return linalg_matrix_exp(self.astype(acc)).astype(self.dtype)
     n = self.shape[-1]

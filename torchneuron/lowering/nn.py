@@ -1,4 +1,4 @@
-"""Lowerings: neural-network ops (convolution, pooling, normalization, softmax, losses, dropout).
+"""Lowerings: neural-network ops (convolution, normalization, softmax, losses, embedding, dropout).
 
 Half-precision inputs compute in float32 and round once at the end, as PyTorch's CPU kernels
 do with their "opmath" type. Backward ops whose math is the gradient of a forward here use
@@ -10,20 +10,14 @@ import math
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import torch
 from jax import lax
 
-from . import aten, lowers
+from . import aten, lowers, opmath, opmath_dtype, overrides_meta
+from .asserts import check_index, device_assert
 from .reductions import _vector_norm
 
-_LOW = (jnp.float16, jnp.bfloat16)
 _NONE, _MEAN, _SUM = 0, 1, 2  # at::Reduction
-
-
-def _up(x):
-    """x in its computation dtype: float32 for half types, else unchanged."""
-    return x.astype(jnp.float32) if x is not None and x.dtype in _LOW else x
 
 
 def _bcast_channel(v, ndim):
@@ -54,7 +48,7 @@ def _per_axis(param, spatial):
 
 
 def _conv(x, w, stride, padding, dilation, transposed, output_padding, groups):
-    acc = jnp.float32 if x.dtype in _LOW else None
+    acc = opmath_dtype(x.dtype)
     spatial = w.ndim - 2
     stride, padding, dilation, output_padding = (
         _per_axis(p, spatial) for p in (stride, padding, dilation, output_padding))
@@ -79,7 +73,7 @@ def _conv(x, w, stride, padding, dilation, transposed, output_padding, groups):
 def convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     out = _conv(input, weight, stride, padding, dilation, transposed, output_padding, groups)
     if bias is not None:
-        out = out + _bcast_channel(_up(bias), out.ndim)
+        out = out + _bcast_channel(opmath(bias), out.ndim)
     return out.astype(input.dtype)
 
 
@@ -94,151 +88,68 @@ def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding
     grad_bias = None
     if output_mask[2]:
         axes = (0,) + tuple(range(2, grad_output.ndim))
-        grad_bias = jnp.sum(_up(grad_output), axis=axes).astype(grad_output.dtype)
+        grad_bias = jnp.sum(opmath(grad_output), axis=axes).astype(grad_output.dtype)
     return (grad_input if output_mask[0] else None, grad_weight if output_mask[1] else None, grad_bias)
 
 
-# --------------------------------------------------------------------------------- pooling
-def _pair(v, n=2):
-    return tuple(v) * n if len(v) == 1 else tuple(v)
-
-
-def _pool_out_size(size, k, s, p, d, ceil_mode):
-    span = size + 2 * p - d * (k - 1) - 1
-    out = (-(-span // s) if ceil_mode else span // s) + 1
-    if ceil_mode and (out - 1) * s >= size + p:  # the last window must start inside the input
-        out -= 1
-    return out
-
-
-def _pool_geometry(shape, kernel_size, stride, padding, dilation, ceil_mode):
-    k = _pair(kernel_size)
-    s = _pair(stride) if stride else k
-    p = _pair(padding)
-    d = _pair(dilation)
-    out = tuple(_pool_out_size(shape[i - 2], k[i], s[i], p[i], d[i], ceil_mode) for i in range(2))
-    return k, s, p, d, out
-
-
-def _windows(x, k, s, p, d, out, fill):
-    """(..., kh*kw, oh, ow): every kernel tap's view of x, padded with `fill`."""
-    high = [max(0, (o - 1) * ss + dd * (kk - 1) + 1 - n - pp)
-            for o, ss, dd, kk, n, pp in zip(out, s, d, k, x.shape[-2:], p)]
-    pad = [(0, 0)] * (x.ndim - 2) + [(p[0], high[0]), (p[1], high[1])]
-    xp = jnp.pad(x, pad, constant_values=fill)
-    taps = []
-    for i in range(k[0]):
-        for j in range(k[1]):
-            h0, w0 = i * d[0], j * d[1]
-            taps.append(xp[..., h0:h0 + (out[0] - 1) * s[0] + 1:s[0], w0:w0 + (out[1] - 1) * s[1] + 1:s[1]])
-    return jnp.stack(taps, axis=-3)
-
-
-def _lowest(dtype):
-    return -jnp.inf if jnp.issubdtype(dtype, jnp.floating) else jnp.iinfo(dtype).min
-
-
-@lowers(aten.max_pool2d_with_indices.default)
-def max_pool2d_with_indices(self, kernel_size, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
-    k, s, p, d, out = _pool_geometry(self.shape, kernel_size, stride, padding, dilation, ceil_mode)
-    taps = _windows(self, k, s, p, d, out, _lowest(self.dtype))
-    # NaN wins, as in PyTorch's kernel; otherwise the first maximum.
-    tap = jnp.argmax(jnp.where(jnp.isnan(taps), jnp.inf, taps), axis=-3)
-    values = jnp.take_along_axis(taps, tap[..., None, :, :], axis=-3)[..., 0, :, :]
-    rows = (np.arange(out[0]) * s[0] - p[0])[:, None] + (tap // k[1]) * d[0]
-    cols = (np.arange(out[1]) * s[1] - p[1])[None, :] + (tap % k[1]) * d[1]
-    return values, (rows * self.shape[-1] + cols).astype(jnp.int64)
-
-
-@lowers(aten.max_pool2d_with_indices_backward.default)
-def max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode,
-                                     indices):
-    planes = math.prod(self.shape[:-2])
-    g = _up(grad_output).reshape(planes, -1)
-    idx = indices.reshape(planes, -1)
-    grad = jnp.zeros((planes, self.shape[-2] * self.shape[-1]), g.dtype)
-    grad = grad.at[jnp.arange(planes)[:, None], idx].add(g)
-    return grad.reshape(self.shape).astype(self.dtype)
-
-
-def _avg_divisor(shape, k, s, p, out, count_include_pad):
-    """(oh, ow) numpy array: how many elements each window averages over."""
-    counts = []
-    for n, kk, ss, pp, o in zip(shape[-2:], k, s, p, out):
-        start = np.arange(o) * ss - pp
-        end = np.minimum(start + kk, n + pp)
-        if not count_include_pad:
-            start, end = np.maximum(start, 0), np.minimum(end, n)
-        counts.append(end - start)
-    return np.outer(counts[0], counts[1])
-
-
-def _avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
-    k, s, p, _, out = _pool_geometry(x.shape, kernel_size, stride, padding, (1,), ceil_mode)
-    # one reduce_window rather than _windows' k*k slices: EfficientNet pools with kernel_size=hidden_dim
-    high = [max(0, (o - 1) * ss + kk - n - pp) for o, ss, kk, n, pp in zip(out, s, k, x.shape[-2:], p)]
-    lead = (1,) * (x.ndim - 2)
-    xu = _up(x)
-    total = lax.reduce_window(xu, np.array(0, xu.dtype), lax.add, lead + k, lead + s,
-                              [(0, 0)] * (x.ndim - 2) + [(p[0], high[0]), (p[1], high[1])])
-    total = total[..., :out[0], :out[1]]
-    divisor = divisor_override or _avg_divisor(x.shape, k, s, p, out, count_include_pad)
-    return (total / jnp.asarray(divisor, total.dtype)).astype(x.dtype)
-
-
-@lowers(aten.avg_pool2d.default)
-def avg_pool2d(self, kernel_size, stride=(), padding=(0,), ceil_mode=False, count_include_pad=True,
-               divisor_override=None):
-    return _avg_pool2d(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
-
-
-@lowers(aten.avg_pool2d_backward.default)
-def avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                        divisor_override):
-    _, vjp = jax.vjp(lambda x: _avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                                           divisor_override), self)
-    return vjp(grad_output)[0]
-
-
-def _adaptive_windows(n, o, dtype):
-    """(o, n) 0/1 matrix of which inputs each adaptive window covers, and (o,) window sizes."""
-    i = np.arange(o)
-    start, end = (i * n) // o, -((-(i + 1) * n) // o)
-    member = (np.arange(n)[None, :] >= start[:, None]) & (np.arange(n)[None, :] < end[:, None])
-    return jnp.asarray(member, dtype), end - start
-
-
-def _adaptive_avg_pool2d_fwd(x, output_size):
-    xu = _up(x)
-    rows, nr = _adaptive_windows(x.shape[-2], output_size[0], xu.dtype)
-    cols, nc = _adaptive_windows(x.shape[-1], output_size[1], xu.dtype)
-    total = jnp.einsum("...hw,ih,jw->...ij", xu, rows, cols)
-    return (total / jnp.asarray(np.outer(nr, nc), xu.dtype)).astype(x.dtype)
-
-
-@lowers(aten._adaptive_avg_pool2d.default)
-def adaptive_avg_pool2d(self, output_size):
-    return _adaptive_avg_pool2d_fwd(self, output_size)
-
-
-@lowers(aten._adaptive_avg_pool2d_backward.default)
-def adaptive_avg_pool2d_backward(grad_output, self):
-    _, vjp = jax.vjp(lambda x: _adaptive_avg_pool2d_fwd(x, grad_output.shape[-2:]), self)
-    return vjp(grad_output)[0]
-
-
 # --------------------------------------------------------------------------- normalization
+# Meta functions: PyTorch's meta kernels lay out the saved statistics as CUDA's kernels do.
+def _cpu_statistics(meta):
+    """Normalisations of a float16/bfloat16 input: CPU saves the mean and inverse std in the input's
+    dtype unless a parameter (weight, running stats) is float32 ("mixed type"), then in float32.
+    PyTorch's meta kernels follow CUDA instead (always float32; group norm: always the input's)."""
+    def override(input, *args, **kwargs):
+        out = meta(input, *args, **kwargs)
+        if input.dtype not in (torch.float16, torch.bfloat16):
+            return out
+        mixed = any(isinstance(a, torch.Tensor) and a.dtype == torch.float32 for a in (*args, *kwargs.values()))
+        dtype = torch.float32 if mixed else input.dtype
+        return (out[0], out[1].to(dtype), out[2].to(dtype), *out[3:])
+    return override
+
+
+def _eval_batch_norm(op, training_index):
+    """In eval mode CPU returns empty saved mean/invstd; PyTorch's meta kernels give (C,) ones."""
+    def meta(*args, **kwargs):
+        out = op(*args, **kwargs)
+        training = True if training_index is None else (
+            args[training_index] if len(args) > training_index else kwargs["training"])
+        if training_index is not None and training:
+            return out
+        return (out[0], out[1].new_empty((0,)), out[2].new_empty((0,)), *out[3:])
+    return meta
+
+
+def _with_parameters(meta):
+    """PyTorch's decomposition of batch norm with update (torch 2.13) picks the backend from weight
+    and bias, which must then be tensors: for an affine-free norm, ones and zeros stand in (they
+    shape the same results)."""
+    def override(input, weight, bias, *args, **kwargs):
+        channels = (input.shape[1],)
+        weight = input.new_ones(channels) if weight is None else weight
+        bias = input.new_zeros(channels) if bias is None else bias
+        return meta(input, weight, bias, *args, **kwargs)
+    return override
+
+
+def _batch_norm_no_update_meta(input, weight, bias, running_mean, running_var, momentum, eps):
+    out = aten._batch_norm_no_update.default(input, weight, bias, running_mean, running_var, momentum, eps)
+    if running_mean is None:
+        return out
+    return (out[0], out[1].new_empty((0,)), out[2].new_empty((0,)), out[3])
+
+
 def _affine(xhat, weight, bias, shape):
     if weight is not None:
-        xhat = xhat * _up(weight).reshape(shape)
+        xhat = xhat * opmath(weight).reshape(shape)
     if bias is not None:
-        xhat = xhat + _up(bias).reshape(shape)
+        xhat = xhat + opmath(bias).reshape(shape)
     return xhat
 
 
 def _batch_stats(x):
     axes = (0,) + tuple(range(2, x.ndim))
-    xu = _up(x)
+    xu = opmath(x)
     mean = jnp.mean(xu, axis=axes)
     var = jnp.mean(jnp.square(xu - _bcast_channel(mean, x.ndim)), axis=axes)
     return mean, var
@@ -246,7 +157,7 @@ def _batch_stats(x):
 
 def _batch_norm_apply(x, weight, bias, mean, invstd):
     shape = (1, -1) + (1,) * (x.ndim - 2)
-    xhat = (_up(x) - mean.reshape(shape)) * invstd.reshape(shape)
+    xhat = (opmath(x) - mean.reshape(shape)) * invstd.reshape(shape)
     return _affine(xhat, weight, bias, shape).astype(x.dtype)
 
 
@@ -257,7 +168,7 @@ def _batch_norm_train(x, weight, bias, eps):
 
 
 def _running_update(running, batch, momentum):
-    return ((1 - momentum) * _up(running) + momentum * batch).astype(running.dtype)
+    return ((1 - momentum) * opmath(running) + momentum * batch).astype(running.dtype)
 
 
 def _unbiased(var, x):
@@ -266,11 +177,12 @@ def _unbiased(var, x):
 
 
 def _batch_norm_eval(x, weight, bias, running_mean, running_var, eps):
-    invstd = lax.rsqrt(_up(running_var) + eps)
-    return _batch_norm_apply(x, weight, bias, _up(running_mean), invstd), _up(running_mean), invstd
+    invstd = lax.rsqrt(opmath(running_var) + eps)
+    return _batch_norm_apply(x, weight, bias, opmath(running_mean), invstd), opmath(running_mean), invstd
 
 
-@lowers(aten._native_batch_norm_legit_functional.default)
+@lowers(aten._native_batch_norm_legit_functional.default,
+        meta=_cpu_statistics(_eval_batch_norm(aten._native_batch_norm_legit_functional.default, 5)))
 def native_batch_norm_legit_functional(input, weight, bias, running_mean, running_var, training, momentum,
                                        eps):
     if not training:
@@ -281,14 +193,20 @@ def native_batch_norm_legit_functional(input, weight, bias, running_mean, runnin
             _running_update(running_var, _unbiased(var, input), momentum))
 
 
-@lowers(aten._native_batch_norm_legit_no_training.default)
+@lowers(aten._native_batch_norm_legit_no_training.default,
+        meta=_cpu_statistics(_eval_batch_norm(aten._native_batch_norm_legit_no_training.default, None)))
 def native_batch_norm_legit_no_training(input, weight, bias, running_mean, running_var, momentum, eps):
     return _batch_norm_eval(input, weight, bias, running_mean, running_var, eps)
 
 
-@lowers(aten._native_batch_norm_legit.no_stats)
+@lowers(aten._native_batch_norm_legit.no_stats, meta=_cpu_statistics(aten._native_batch_norm_legit.no_stats))
 def native_batch_norm_legit_no_stats(input, weight, bias, training, momentum, eps):
     return _batch_norm_train(input, weight, bias, eps)[:3]
+
+
+# The mutating overload runs as its lowered functional; its own meta kernel lays out the results.
+overrides_meta(aten._native_batch_norm_legit.default)(
+    _cpu_statistics(_eval_batch_norm(aten._native_batch_norm_legit.default, 5)))
 
 
 def _native_batch_norm_redirect(input, weight, bias, running_mean, running_var, training, momentum, eps):
@@ -313,7 +231,7 @@ _redirects.impl(aten.native_batch_norm.default, _native_batch_norm_redirect, "Pr
 @lowers(aten.native_batch_norm_backward.default)
 def native_batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd,
                                train, eps, output_mask):
-    one = jnp.ones((input.shape[1],), _up(input).dtype)
+    one = jnp.ones((input.shape[1],), opmath(input).dtype)
 
     def forward(x, w, b):
         if train:
@@ -331,14 +249,20 @@ def native_batch_norm_backward(grad_out, input, weight, running_mean, running_va
 _NO_RESERVE = jnp.zeros((0,), jnp.uint8)  # cuDNN's workspace: empty on CPU, and here
 
 
-@lowers(aten._batch_norm_with_update_functional.default)
+# The mutating overload runs as its lowered functional; its own meta kernel lays out the results.
+overrides_meta(aten._batch_norm_with_update.default)(
+    _cpu_statistics(_with_parameters(aten._batch_norm_with_update.default)))
+
+
+@lowers(aten._batch_norm_with_update_functional.default,
+        meta=_cpu_statistics(_with_parameters(aten._batch_norm_with_update_functional.default)))
 def batch_norm_with_update_functional(input, weight, bias, running_mean, running_var, momentum, eps):
     out, mean, invstd, var = _batch_norm_train(input, weight, bias, eps)
     return (out, mean, invstd, _NO_RESERVE, _running_update(running_mean, mean, momentum),
             _running_update(running_var, _unbiased(var, input), momentum))
 
 
-@lowers(aten._batch_norm_no_update.default)
+@lowers(aten._batch_norm_no_update.default, meta=_cpu_statistics(_batch_norm_no_update_meta))
 def batch_norm_no_update(input, weight, bias, running_mean, running_var, momentum, eps):
     if running_mean is None:  # no running statistics: the batch's own
         out, mean, invstd, _ = _batch_norm_train(input, weight, bias, eps)
@@ -357,14 +281,14 @@ def batch_norm_backward(grad_out, input, weight, running_mean, running_var, save
 
 def _layer_norm(x, normalized_shape, weight, bias, eps):
     axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
-    xu = _up(x)
+    xu = opmath(x)
     mean = jnp.mean(xu, axis=axes, keepdims=True)
     rstd = lax.rsqrt(jnp.mean(jnp.square(xu - mean), axis=axes, keepdims=True) + eps)
     out = _affine((xu - mean) * rstd, weight, bias, tuple(normalized_shape))
     return out.astype(x.dtype), mean, rstd
 
 
-@lowers(aten.native_layer_norm.default)
+@lowers(aten.native_layer_norm.default, meta=_cpu_statistics(aten.native_layer_norm.default))
 def native_layer_norm(input, normalized_shape, weight, bias, eps):
     return _layer_norm(input, normalized_shape, weight, bias, eps)
 
@@ -385,16 +309,16 @@ def _affine_grads(g, xhat, output_mask, axes, dtype):
 def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
     k = len(normalized_shape)
     axes = tuple(range(input.ndim - k, input.ndim))
-    g = _up(grad_out)
-    xhat = (_up(input) - mean) * rstd
-    gxhat = g if weight is None else g * _up(weight)
+    g = opmath(grad_out)
+    xhat = (opmath(input) - mean) * rstd
+    gxhat = g if weight is None else g * opmath(weight)
     grad_in = _norm_input_grad(gxhat, xhat, rstd, axes).astype(input.dtype) if output_mask[0] else None
     dtype = (weight if weight is not None else input).dtype
     return (grad_in,) + _affine_grads(g, xhat, output_mask, tuple(range(input.ndim - k)), dtype)
 
 
 def _group_norm(x, weight, bias, n, c, group, eps):
-    xu = _up(x)
+    xu = opmath(x)
     g = xu.reshape(n, group, -1)
     mean = jnp.mean(g, axis=-1, keepdims=True)
     rstd = lax.rsqrt(jnp.mean(jnp.square(g - mean), axis=-1, keepdims=True) + eps)
@@ -403,7 +327,7 @@ def _group_norm(x, weight, bias, n, c, group, eps):
     return out.astype(x.dtype), mean[..., 0], rstd[..., 0]
 
 
-@lowers(aten.native_group_norm.default)
+@lowers(aten.native_group_norm.default, meta=_cpu_statistics(aten.native_group_norm.default))
 def native_group_norm(input, weight, bias, N, C, HxW, group, eps):
     return _group_norm(input, weight, bias, N, C, group, eps)
 
@@ -411,11 +335,11 @@ def native_group_norm(input, weight, bias, N, C, HxW, group, eps):
 @lowers(aten.native_group_norm_backward.default)
 def native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask):
     shape = (1, C) + (1,) * (input.ndim - 2)
-    g = _up(grad_out)
-    grouped = _up(input).reshape(N, group, -1)
+    g = opmath(grad_out)
+    grouped = opmath(input).reshape(N, group, -1)
     mean, rstd = mean.reshape(N, group, 1), rstd.reshape(N, group, 1)
     xhat = (grouped - mean) * rstd
-    gxhat = (g if weight is None else g * _up(weight).reshape(shape)).reshape(N, group, -1)
+    gxhat = (g if weight is None else g * opmath(weight).reshape(shape)).reshape(N, group, -1)
     grad_in = None
     if output_mask[0]:
         grad_in = _norm_input_grad(gxhat, xhat, rstd, (-1,)).reshape(input.shape).astype(input.dtype)
@@ -427,7 +351,7 @@ def native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, g
 # ------------------------------------------------------------------------------- softmax
 def _along(fn, x, dim):
     """fn(x, axis) in x's computation dtype; a 0-d x is treated as a 1-element vector."""
-    xu = _up(x)
+    xu = opmath(x)
     if xu.ndim == 0:
         return fn(xu.reshape(1), 0).reshape(())
     return fn(xu, dim)
@@ -457,7 +381,7 @@ def safe_softmax(self, dim, dtype=None):
 @lowers(aten._softmax_backward_data.default)
 def softmax_backward_data(grad_output, output, dim, input_dtype):
     def fn(g, a):
-        y = _up(output).reshape(g.shape)
+        y = opmath(output).reshape(g.shape)
         return y * (g - jnp.sum(g * y, axis=a, keepdims=True))
 
     return _along(fn, grad_output, dim)
@@ -466,7 +390,7 @@ def softmax_backward_data(grad_output, output, dim, input_dtype):
 @lowers(aten._log_softmax_backward_data.default)
 def log_softmax_backward_data(grad_output, output, dim, input_dtype):
     def fn(g, a):
-        return g - jnp.exp(_up(output).reshape(g.shape)) * jnp.sum(g, axis=a, keepdims=True)
+        return g - jnp.exp(opmath(output).reshape(g.shape)) * jnp.sum(g, axis=a, keepdims=True)
 
     return _along(fn, grad_output, dim)
 
@@ -476,14 +400,17 @@ def _class_weights(self, target, weight, ignore_index):
     """Per-target weights (0 where ignored) and targets clamped to valid class indices."""
     class_dim = 0 if self.ndim == 1 else 1
     safe = jnp.clip(target, 0, self.shape[class_dim] - 1)
-    w = jnp.ones(target.shape, _up(self).dtype) if weight is None else _up(weight)[safe]
+    w = jnp.ones(target.shape, opmath(self).dtype) if weight is None else opmath(weight)[safe]
     return jnp.where(target == ignore_index, 0, w), safe, class_dim
 
 
-@lowers(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default)
+@lowers(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default, checks=True)
 def nll_loss_forward(self, target, weight, reduction, ignore_index):
+    classes = self.shape[0 if self.ndim == 1 else 1]
+    device_assert((target == ignore_index) | ((target >= 0) & (target < classes)),
+                  f"target out of bounds for {classes} classes")
     w, safe, class_dim = _class_weights(self, target, weight, ignore_index)
-    picked = jnp.take_along_axis(_up(self), jnp.expand_dims(safe, class_dim), axis=class_dim)
+    picked = jnp.take_along_axis(opmath(self), jnp.expand_dims(safe, class_dim), axis=class_dim)
     loss = -jnp.squeeze(picked, class_dim) * w
     total_weight = jnp.sum(w)
     if reduction == _MEAN:
@@ -494,7 +421,7 @@ def nll_loss_forward(self, target, weight, reduction, ignore_index):
 @lowers(aten.nll_loss_backward.default, aten.nll_loss2d_backward.default)
 def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight):
     w, safe, class_dim = _class_weights(self, target, weight, ignore_index)
-    g = _up(grad_output)
+    g = opmath(grad_output)
     if reduction == _MEAN:
         g = g / total_weight
     picked = jnp.expand_dims(jnp.broadcast_to(-g * w, target.shape), class_dim)
@@ -505,32 +432,32 @@ def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index
 
 @lowers(aten.mse_loss.default)
 def mse_loss(self, target, reduction=_MEAN):
-    return _reduce(jnp.square(_up(self) - _up(target)), reduction).astype(self.dtype)
+    return _reduce(jnp.square(opmath(self) - opmath(target)), reduction).astype(self.dtype)
 
 
 @lowers(aten.mse_loss_backward.default)
 def mse_loss_backward(grad_output, self, target, reduction):
-    g = _grad_of_reduction(_up(grad_output), self.shape, reduction)
-    return (2 * (_up(self) - _up(target)) * g).astype(self.dtype)
+    g = _grad_of_reduction(opmath(grad_output), self.shape, reduction)
+    return (2 * (opmath(self) - opmath(target)) * g).astype(self.dtype)
 
 
 @lowers(aten.binary_cross_entropy.default)
 def binary_cross_entropy(self, target, weight=None, reduction=_MEAN):
-    x, t = _up(self), _up(target)
+    x, t = opmath(self), opmath(target)
     # PyTorch clamps the logs at -100 so that x = 0 or 1 gives a finite loss.
     loss = -(t * jnp.maximum(jnp.log(x), -100) + (1 - t) * jnp.maximum(jnp.log1p(-x), -100))
     if weight is not None:
-        loss = loss * _up(weight)
+        loss = loss * opmath(weight)
     return _reduce(loss, reduction).astype(self.dtype)
 
 
 @lowers(aten.binary_cross_entropy_backward.default)
 def binary_cross_entropy_backward(grad_output, self, target, weight=None, reduction=_MEAN):
-    x, t = _up(self), _up(target)
-    grad = _grad_of_reduction(_up(grad_output), self.shape, reduction) * (x - t) / jnp.maximum(
+    x, t = opmath(self), opmath(target)
+    grad = _grad_of_reduction(opmath(grad_output), self.shape, reduction) * (x - t) / jnp.maximum(
         (1 - x) * x, 1e-12)
     if weight is not None:
-        grad = grad * _up(weight)
+        grad = grad * opmath(weight)
     return grad.astype(self.dtype)
 
 
@@ -541,19 +468,19 @@ def _smooth_l1(d, beta):
 
 @lowers(aten.smooth_l1_loss.default)
 def smooth_l1_loss(self, target, reduction=_MEAN, beta=1.0):
-    return _reduce(_smooth_l1(_up(self) - _up(target), beta), reduction).astype(self.dtype)
+    return _reduce(_smooth_l1(opmath(self) - opmath(target), beta), reduction).astype(self.dtype)
 
 
 @lowers(aten.smooth_l1_loss_backward.default)
 def smooth_l1_loss_backward(grad_output, self, target, reduction, beta):
-    d = _up(self) - _up(target)
+    d = opmath(self) - opmath(target)
     slope = jnp.sign(d) if beta == 0 else jnp.where(jnp.abs(d) < beta, d / beta, jnp.sign(d))
-    return (slope * _grad_of_reduction(_up(grad_output), self.shape, reduction)).astype(self.dtype)
+    return (slope * _grad_of_reduction(opmath(grad_output), self.shape, reduction)).astype(self.dtype)
 
 
 @lowers(aten.huber_loss.default)
 def huber_loss(self, target, reduction=_MEAN, delta=1.0):
-    d = _up(self) - _up(target)
+    d = opmath(self) - opmath(target)
     ad = jnp.abs(d)
     loss = jnp.where(ad < delta, 0.5 * d * d, delta * (ad - 0.5 * delta))
     return _reduce(loss, reduction).astype(self.dtype)
@@ -561,21 +488,22 @@ def huber_loss(self, target, reduction=_MEAN, delta=1.0):
 
 @lowers(aten.huber_loss_backward.default)
 def huber_loss_backward(grad_output, self, target, reduction, delta):
-    d = _up(self) - _up(target)
+    d = opmath(self) - opmath(target)
     slope = jnp.clip(d, -delta, delta)
-    return (slope * _grad_of_reduction(_up(grad_output), self.shape, reduction)).astype(self.dtype)
+    return (slope * _grad_of_reduction(opmath(grad_output), self.shape, reduction)).astype(self.dtype)
 
 
-# --------------------------------------------------------------------- embedding, dropout, gelu
-@lowers(aten.embedding.default)
+# --------------------------------------------------------------------------- embedding, dropout
+@lowers(aten.embedding.default, checks=True)
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    check_index(indices, weight.shape[0], "embedding index")
     return jnp.take(weight, indices, axis=0)
 
 
 @lowers(aten.embedding_dense_backward.default)
 def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
     idx = indices.reshape(-1)
-    g = _up(grad_output).reshape(idx.shape[0], -1)
+    g = opmath(grad_output).reshape(idx.shape[0], -1)
     g = jnp.where((idx == padding_idx)[:, None], 0, g)
     if scale_grad_by_freq:
         counts = jnp.zeros((num_weights,), g.dtype).at[idx].add(1)
@@ -588,10 +516,10 @@ def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, sca
 def embedding_renorm(self, indices, max_norm, norm_type):
     """Rows that `indices` name, rescaled to norm max_norm where their norm exceeds it (CPU's
     scale max_norm / (norm + 1e-7)); other rows unchanged."""
-    norm = _vector_norm(_up(self), norm_type, (1,), False)
+    norm = _vector_norm(opmath(self), norm_type, (1,), False)
     named = jnp.zeros(self.shape[0], bool).at[indices.reshape(-1)].set(True)
     scale = jnp.where(named & (norm > max_norm), max_norm / (norm + 1e-7), 1)
-    return (_up(self) * scale[:, None].astype(_up(self).dtype)).astype(self.dtype)
+    return (opmath(self) * scale[:, None].astype(opmath(self).dtype)).astype(self.dtype)
 
 
 @lowers(aten.native_dropout.default, random=True)
@@ -600,9 +528,9 @@ def native_dropout(input, p, train, *, key):
         return input, jnp.ones(input.shape, jnp.bool_)
     keep = jax.random.bernoulli(key, 1 - p, input.shape)
     scale = 0.0 if p == 1 else 1 / (1 - p)
-    return (jnp.where(keep, _up(input) * scale, 0)).astype(input.dtype), keep
+    return (jnp.where(keep, opmath(input) * scale, 0)).astype(input.dtype), keep
 
 
 @lowers(aten.native_dropout_backward.default)
 def native_dropout_backward(grad_output, mask, scale):
-    return (_up(grad_output) * mask * scale).astype(grad_output.dtype)
+    return (opmath(grad_output) * mask * scale).astype(grad_output.dtype)

@@ -35,28 +35,49 @@ def _chebyshev(first):
     return first, lambda x, k, cur, prev: 2 * x * cur - prev
 
 
-_FAMILIES = {
-    "chebyshev_polynomial_t": _chebyshev(lambda x: x),
-    "chebyshev_polynomial_u": _chebyshev(lambda x: 2 * x),
-    "chebyshev_polynomial_v": _chebyshev(lambda x: 2 * x - 1),
-    "chebyshev_polynomial_w": _chebyshev(lambda x: 2 * x + 1),
-    "hermite_polynomial_h": (lambda x: 2 * x, lambda x, k, cur, prev: 2 * x * cur - 2 * k * prev),
-    "hermite_polynomial_he": (lambda x: x, lambda x, k, cur, prev: x * cur - k * prev),
-    "laguerre_polynomial_l": (lambda x: 1 - x, lambda x, k, cur, prev: ((2 * k + 1 - x) * cur - k * prev) / (k + 1)),
-    "legendre_polynomial_p": (lambda x: x, lambda x, k, cur, prev: ((2 * k + 1) * x * cur - k * prev) / (k + 1)),
-}
+_CHEBYSHEV_T = _chebyshev(lambda x: x)
+_CHEBYSHEV_U = _chebyshev(lambda x: 2 * x)
+_CHEBYSHEV_V = _chebyshev(lambda x: 2 * x - 1)
+_CHEBYSHEV_W = _chebyshev(lambda x: 2 * x + 1)
 
 
-def _register(name, first, step, shift=False):
-    packet = getattr(aten, f"special_{name}")
-    ops = [packet.default, packet.x_scalar, packet.n_scalar]
-
+def _register(ops, first, step, shift=False):
+    """Lower `ops` (a polynomial's Tensor, x_scalar and n_scalar overloads); `shift` evaluates
+    at 2x - 1 (T*_n(x) = T_n(2x - 1), and so on)."""
     @lowers(*ops, promote=INT_TO_FLOAT, promote_args=("x",))
     def polynomial(x, n):
         return _evaluate(2 * x - 1 if shift else x, n, first, step)
 
 
-for _name, (_first, _step) in _FAMILIES.items():
-    _register(_name, _first, _step)
-    if _name.startswith("chebyshev"):  # T*_n(x) = T_n(2x - 1), and so on
-        _register("shifted_" + _name, _first, _step, shift=True)
+_register((aten.special_chebyshev_polynomial_t.default, aten.special_chebyshev_polynomial_t.x_scalar,
+           aten.special_chebyshev_polynomial_t.n_scalar), *_CHEBYSHEV_T)
+_register((aten.special_chebyshev_polynomial_u.default, aten.special_chebyshev_polynomial_u.x_scalar,
+           aten.special_chebyshev_polynomial_u.n_scalar), *_CHEBYSHEV_U)
+_register((aten.special_chebyshev_polynomial_v.default, aten.special_chebyshev_polynomial_v.x_scalar,
+           aten.special_chebyshev_polynomial_v.n_scalar), *_CHEBYSHEV_V)
+_register((aten.special_chebyshev_polynomial_w.default, aten.special_chebyshev_polynomial_w.x_scalar,
+           aten.special_chebyshev_polynomial_w.n_scalar), *_CHEBYSHEV_W)
+_register((aten.special_shifted_chebyshev_polynomial_t.default,
+           aten.special_shifted_chebyshev_polynomial_t.x_scalar,
+           aten.special_shifted_chebyshev_polynomial_t.n_scalar), *_CHEBYSHEV_T, shift=True)
+_register((aten.special_shifted_chebyshev_polynomial_u.default,
+           aten.special_shifted_chebyshev_polynomial_u.x_scalar,
+           aten.special_shifted_chebyshev_polynomial_u.n_scalar), *_CHEBYSHEV_U, shift=True)
+_register((aten.special_shifted_chebyshev_polynomial_v.default,
+           aten.special_shifted_chebyshev_polynomial_v.x_scalar,
+           aten.special_shifted_chebyshev_polynomial_v.n_scalar), *_CHEBYSHEV_V, shift=True)
+_register((aten.special_shifted_chebyshev_polynomial_w.default,
+           aten.special_shifted_chebyshev_polynomial_w.x_scalar,
+           aten.special_shifted_chebyshev_polynomial_w.n_scalar), *_CHEBYSHEV_W, shift=True)
+_register((aten.special_hermite_polynomial_h.default, aten.special_hermite_polynomial_h.x_scalar,
+           aten.special_hermite_polynomial_h.n_scalar),
+          lambda x: 2 * x, lambda x, k, cur, prev: 2 * x * cur - 2 * k * prev)
+_register((aten.special_hermite_polynomial_he.default, aten.special_hermite_polynomial_he.x_scalar,
+           aten.special_hermite_polynomial_he.n_scalar),
+          lambda x: x, lambda x, k, cur, prev: x * cur - k * prev)
+_register((aten.special_laguerre_polynomial_l.default, aten.special_laguerre_polynomial_l.x_scalar,
+           aten.special_laguerre_polynomial_l.n_scalar),
+          lambda x: 1 - x, lambda x, k, cur, prev: ((2 * k + 1 - x) * cur - k * prev) / (k + 1))
+_register((aten.special_legendre_polynomial_p.default, aten.special_legendre_polynomial_p.x_scalar,
+           aten.special_legendre_polynomial_p.n_scalar),
+          lambda x: x, lambda x, k, cur, prev: ((2 * k + 1) * x * cur - k * prev) / (k + 1))

@@ -1,7 +1,8 @@
-"""Lowerings: N-d pooling beyond nn.py's 2-d kernels, unpooling, reflection/replication padding,
-im2col/col2im.
+"""Lowerings: pooling (max, average, adaptive; 1-d to 3-d), unpooling, reflection/replication
+padding, im2col/col2im.
 
-Windows are tables of flat input positions built with numpy at trace time: for each output cell
+2-d max and average pools stack every kernel tap's strided view of the padded input. Other
+windows are tables of flat input positions built with numpy at trace time: for each output cell
 the input positions its window covers, and whether each is inside the (unpadded) input. One
 gather reads all windows; max pools return PyTorch's flat indices into the spatial dims, and
 their backwards scatter-add the gradient at those indices. Other backwards are jax.vjp of the
@@ -14,11 +15,141 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
-from . import aten, lowers
-from .nn import _lowest, _pool_out_size, _up
+from . import aten, lowers, opmath
 
 
+# ------------------------------------------------------------------------- 2-d pooling
+def _pair(v, n=2):
+    return tuple(v) * n if len(v) == 1 else tuple(v)
+
+
+def _pool_out_size(size, k, s, p, d, ceil_mode):
+    span = size + 2 * p - d * (k - 1) - 1
+    out = (-(-span // s) if ceil_mode else span // s) + 1
+    if ceil_mode and (out - 1) * s >= size + p:  # the last window must start inside the input
+        out -= 1
+    return out
+
+
+def _pool_geometry(shape, kernel_size, stride, padding, dilation, ceil_mode):
+    k = _pair(kernel_size)
+    s = _pair(stride) if stride else k
+    p = _pair(padding)
+    d = _pair(dilation)
+    out = tuple(_pool_out_size(shape[i - 2], k[i], s[i], p[i], d[i], ceil_mode) for i in range(2))
+    return k, s, p, d, out
+
+
+def _windows(x, k, s, p, d, out, fill):
+    """(..., kh*kw, oh, ow): every kernel tap's view of x, padded with `fill`."""
+    high = [max(0, (o - 1) * ss + dd * (kk - 1) + 1 - n - pp)
+            for o, ss, dd, kk, n, pp in zip(out, s, d, k, x.shape[-2:], p)]
+    pad = [(0, 0)] * (x.ndim - 2) + [(p[0], high[0]), (p[1], high[1])]
+    xp = jnp.pad(x, pad, constant_values=fill)
+    taps = []
+    for i in range(k[0]):
+        for j in range(k[1]):
+            h0, w0 = i * d[0], j * d[1]
+            taps.append(xp[..., h0:h0 + (out[0] - 1) * s[0] + 1:s[0], w0:w0 + (out[1] - 1) * s[1] + 1:s[1]])
+    return jnp.stack(taps, axis=-3)
+
+
+def _lowest(dtype):
+    return -jnp.inf if jnp.issubdtype(dtype, jnp.floating) else jnp.iinfo(dtype).min
+
+
+@lowers(aten.max_pool2d_with_indices.default)
+def max_pool2d_with_indices(self, kernel_size, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
+    k, s, p, d, out = _pool_geometry(self.shape, kernel_size, stride, padding, dilation, ceil_mode)
+    taps = _windows(self, k, s, p, d, out, _lowest(self.dtype))
+    # NaN wins, as in PyTorch's kernel; otherwise the first maximum.
+    tap = jnp.argmax(jnp.where(jnp.isnan(taps), jnp.inf, taps), axis=-3)
+    values = jnp.take_along_axis(taps, tap[..., None, :, :], axis=-3)[..., 0, :, :]
+    rows = (np.arange(out[0]) * s[0] - p[0])[:, None] + (tap // k[1]) * d[0]
+    cols = (np.arange(out[1]) * s[1] - p[1])[None, :] + (tap % k[1]) * d[1]
+    return values, (rows * self.shape[-1] + cols).astype(jnp.int64)
+
+
+@lowers(aten.max_pool2d_with_indices_backward.default)
+def max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode,
+                                     indices):
+    planes = math.prod(self.shape[:-2])
+    g = opmath(grad_output).reshape(planes, -1)
+    idx = indices.reshape(planes, -1)
+    grad = jnp.zeros((planes, self.shape[-2] * self.shape[-1]), g.dtype)
+    grad = grad.at[jnp.arange(planes)[:, None], idx].add(g)
+    return grad.reshape(self.shape).astype(self.dtype)
+
+
+def _avg_divisor(shape, k, s, p, out, count_include_pad):
+    """(oh, ow) numpy array: how many elements each window averages over."""
+    counts = []
+    for n, kk, ss, pp, o in zip(shape[-2:], k, s, p, out):
+        start = np.arange(o) * ss - pp
+        end = np.minimum(start + kk, n + pp)
+        if not count_include_pad:
+            start, end = np.maximum(start, 0), np.minimum(end, n)
+        counts.append(end - start)
+    return np.outer(counts[0], counts[1])
+
+
+def _avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    k, s, p, _, out = _pool_geometry(x.shape, kernel_size, stride, padding, (1,), ceil_mode)
+    # one reduce_window rather than _windows' k*k slices: EfficientNet pools with kernel_size=hidden_dim
+    high = [max(0, (o - 1) * ss + kk - n - pp) for o, ss, kk, n, pp in zip(out, s, k, x.shape[-2:], p)]
+    lead = (1,) * (x.ndim - 2)
+    xu = opmath(x)
+    total = lax.reduce_window(xu, np.array(0, xu.dtype), lax.add, lead + k, lead + s,
+                              [(0, 0)] * (x.ndim - 2) + [(p[0], high[0]), (p[1], high[1])])
+    total = total[..., :out[0], :out[1]]
+    divisor = divisor_override or _avg_divisor(x.shape, k, s, p, out, count_include_pad)
+    return (total / jnp.asarray(divisor, total.dtype)).astype(x.dtype)
+
+
+@lowers(aten.avg_pool2d.default)
+def avg_pool2d(self, kernel_size, stride=(), padding=(0,), ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    return _avg_pool2d(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+@lowers(aten.avg_pool2d_backward.default)
+def avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                        divisor_override):
+    _, vjp = jax.vjp(lambda x: _avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                           divisor_override), self)
+    return vjp(grad_output)[0]
+
+
+def _adaptive_windows(n, o, dtype):
+    """(o, n) 0/1 matrix of which inputs each adaptive window covers, and (o,) window sizes."""
+    i = np.arange(o)
+    start, end = (i * n) // o, -((-(i + 1) * n) // o)
+    member = (np.arange(n)[None, :] >= start[:, None]) & (np.arange(n)[None, :] < end[:, None])
+    return jnp.asarray(member, dtype), end - start
+
+
+def _adaptive_avg_pool2d_fwd(x, output_size):
+    xu = opmath(x)
+    rows, nr = _adaptive_windows(x.shape[-2], output_size[0], xu.dtype)
+    cols, nc = _adaptive_windows(x.shape[-1], output_size[1], xu.dtype)
+    total = jnp.einsum("...hw,ih,jw->...ij", xu, rows, cols)
+    return (total / jnp.asarray(np.outer(nr, nc), xu.dtype)).astype(x.dtype)
+
+
+@lowers(aten._adaptive_avg_pool2d.default)
+def adaptive_avg_pool2d(self, output_size):
+    return _adaptive_avg_pool2d_fwd(self, output_size)
+
+
+@lowers(aten._adaptive_avg_pool2d_backward.default)
+def adaptive_avg_pool2d_backward(grad_output, self):
+    _, vjp = jax.vjp(lambda x: _adaptive_avg_pool2d_fwd(x, grad_output.shape[-2:]), self)
+    return vjp(grad_output)[0]
+
+
+# ------------------------------------------------------------------------- N-d pooling
 def _expand(v, n):
     v = tuple(v) if isinstance(v, (list, tuple)) else (v,)
     return v * n if len(v) == 1 else v
@@ -56,7 +187,7 @@ def _scatter_max_grad(grad_output, self, indices, spatial):
     lead = self.shape[:self.ndim - spatial]
     planes = math.prod(lead)
     cells = math.prod(grad_output.shape[grad_output.ndim - spatial:])
-    g = _up(grad_output).reshape(planes, cells)
+    g = opmath(grad_output).reshape(planes, cells)
     grad = jnp.zeros((planes, math.prod(self.shape[self.ndim - spatial:])), g.dtype)
     grad = grad.at[jnp.arange(planes)[:, None], indices.reshape(planes, cells)].add(g)
     return grad.reshape(self.shape).astype(self.dtype)
@@ -137,7 +268,7 @@ def _fractional_max(x, kernel_size, output_size, samples):
     k = _expand(kernel_size, spatial)
     # samples (N, C, spatial): PyTorch's 2-d kernel reads them as (width, height), its 3-d
     # kernel as (depth, height, width)
-    s = _up(samples).reshape(x.shape[:x.ndim - spatial] + (spatial,))
+    s = opmath(samples).reshape(x.shape[:x.ndim - spatial] + (spatial,))
     order = (1, 0) if spatial == 2 else (0, 1, 2)
     flat = jnp.zeros(s.shape[:-1] + (1, 1), jnp.int64)
     for a in range(spatial):
@@ -194,7 +325,7 @@ def max_unpool3d(self, indices, output_size, stride, padding):
 def _avg_pool(x, spatial, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
     sizes, k, _, p, d, out, starts = _geometry(x, spatial, kernel_size, stride, padding, (1,), ceil_mode)
     flat, valid = _table(sizes, starts, k, d)
-    xu = _up(x)
+    xu = opmath(x)
     total = jnp.sum(jnp.where(valid, _read(xu, spatial, flat), 0), axis=-1)
     if divisor_override:
         divisor = np.full(flat.shape[0], divisor_override)
@@ -222,7 +353,7 @@ def avg_pool3d_backward(grad_output, self, kernel_size, stride, padding, ceil_mo
 
 
 def _adaptive_avg(x, output_size):
-    xu = _up(x)
+    xu = opmath(x)
     spatial = len(output_size)
     letters = "defghijk"[:spatial]
     outs = "uvwxyz"[:spatial]
@@ -265,20 +396,23 @@ def _pad(x, padding, mode):
     return x
 
 
-def _register_pad(name, mode):
-    @lowers(getattr(aten, name).default)
+def _register_pad(forward_op, backward_op, mode):
+    @lowers(forward_op)
     def forward(self, padding):
         return _pad(self, padding, mode)
 
-    @lowers(getattr(aten, name + "_backward").default)
+    @lowers(backward_op)
     def backward(grad_output, self, padding):
         _, vjp = jax.vjp(lambda x: _pad(x, padding, mode), self)
         return vjp(grad_output)[0]
 
 
-for _n in (1, 2, 3):
-    _register_pad(f"reflection_pad{_n}d", "reflect")
-    _register_pad(f"replication_pad{_n}d", "replicate")
+_register_pad(aten.reflection_pad1d.default, aten.reflection_pad1d_backward.default, "reflect")
+_register_pad(aten.reflection_pad2d.default, aten.reflection_pad2d_backward.default, "reflect")
+_register_pad(aten.reflection_pad3d.default, aten.reflection_pad3d_backward.default, "reflect")
+_register_pad(aten.replication_pad1d.default, aten.replication_pad1d_backward.default, "replicate")
+_register_pad(aten.replication_pad2d.default, aten.replication_pad2d_backward.default, "replicate")
+_register_pad(aten.replication_pad3d.default, aten.replication_pad3d_backward.default, "replicate")
 
 
 # ---------------------------------------------------------------------------- im2col / col2im
@@ -303,6 +437,6 @@ def col2im(self, output_size, kernel_size, dilation, padding, stride):
     k = _expand(kernel_size, 2)
     lead = self.shape[:-2]
     channels = self.shape[-2] // math.prod(k)
-    zeros = jnp.zeros(lead + (channels,) + tuple(output_size), _up(self).dtype)
+    zeros = jnp.zeros(lead + (channels,) + tuple(output_size), opmath(self).dtype)
     _, vjp = jax.vjp(lambda x: _im2col(x, kernel_size, dilation, padding, stride), zeros)
-    return vjp(_up(self))[0].astype(self.dtype)
+    return vjp(opmath(self))[0].astype(self.dtype)

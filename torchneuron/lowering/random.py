@@ -91,7 +91,7 @@ def random(self, *, generator=None, key):
     return _integers(key, self.shape, *_bounds(self.dtype))
 
 
-@lowers(getattr(aten.random, "from"), aten.random.to, random=True)
+@lowers(getattr(aten.random, "from"), aten.random.to, random=True)  # aten.random.from: "from" is a keyword
 def random_range(self, *args, generator=None, key):
     low, high = (0, args[0]) if len(args) == 1 else args
     # to=None means up to the dtype's default bound

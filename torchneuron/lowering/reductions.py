@@ -19,7 +19,7 @@ import torch
 from jax import lax
 
 from ..runtime.dtypes import CPU_ACC_TYPE, to_jax
-from . import aten, lowers
+from . import aten, lowers, opmath
 
 INDEX = jnp.int64
 
@@ -39,15 +39,6 @@ def _axis(x, dim: int) -> int:
     return dim % x.ndim
 
 
-def _is_low_float(dtype) -> bool:
-    return dtype in (jnp.float16, jnp.bfloat16)
-
-
-def _opmath(x):
-    """`x` in the precision PyTorch computes it in."""
-    return x.astype(jnp.float32) if _is_low_float(x.dtype) else x
-
-
 def _is_integral(dtype) -> bool:
     return jnp.issubdtype(dtype, jnp.integer) or dtype == jnp.bool_
 
@@ -58,7 +49,7 @@ def _accumulating(x, dtype):
         x = x.astype(to_jax(dtype))
     elif _is_integral(x.dtype):
         x = x.astype(INDEX)
-    return _opmath(x)
+    return opmath(x)
 
 
 def _count(x, axes) -> int:
@@ -71,7 +62,7 @@ def _default_float():
 
 def _as_float(x):
     """Integer inputs of ops that PyTorch computes in the default float dtype."""
-    return _opmath(x.astype(_default_float()) if _is_integral(x.dtype) else x)
+    return opmath(x.astype(_default_float()) if _is_integral(x.dtype) else x)
 
 
 # ------------------------------------------------------------------ sums and products
@@ -100,7 +91,7 @@ def mean(self, *, dtype=None):
 @lowers(aten.mean.dim)
 def mean_dim(self, dim, keepdim=False, *, dtype=None):
     axes = _axes(self, dim)
-    x = _opmath(self.astype(to_jax(dtype)) if dtype is not None else self)
+    x = opmath(self.astype(to_jax(dtype)) if dtype is not None else self)
     # sum / n (not jnp.mean) so that an empty reduction is 0/0 = nan as in PyTorch
     return jnp.sum(x, axes, keepdims=keepdim) / jnp.asarray(_count(self, axes), x.dtype)
 
@@ -210,7 +201,7 @@ def min_dim(self, dim, keepdim=False):
 # ------------------------------------------------------------------ moments
 def _moments(x, dim, correction, keepdim):
     """(variance, mean) with divisor max(0, n - correction); correction defaults to 1."""
-    x = _opmath(x)
+    x = opmath(x)
     axes = _axes(x, dim)
     n = _count(x, axes)
     mean = jnp.sum(x, axes, keepdims=True) / jnp.asarray(n, x.dtype)
@@ -282,7 +273,7 @@ def all_dims(self, dim=None, keepdim=False):
 def _vector_norm(x, ord, axes, keepdim):
     """The p-norm of |x| over `axes`. `ord` is traced, so the special orders (inf, -inf, 0, 1,
     2) are branches of one lax.switch rather than Python cases."""
-    a = _opmath(jnp.abs(x))
+    a = opmath(jnp.abs(x))
     p = jnp.asarray(ord).astype(a.dtype)
 
     def general(a):
@@ -419,6 +410,12 @@ def sort(self, *, stable, dim=-1, descending=False):
     return jnp.take_along_axis(self, index, axis), index
 
 
+@lowers(aten.sort.default)
+def sort_default(self, dim=-1, descending=False):
+    # The overload without `stable` (torch.sort in graphs): a stable sort is one valid order.
+    return sort(self, stable=True, dim=dim, descending=descending)
+
+
 @lowers(aten.topk.default)
 def topk(self, k, dim=-1, largest=True, sorted=True):
     # A full stable sort: its first k are sorted (which sorted=False also allows).
@@ -550,7 +547,7 @@ def trace(self):
 def renorm(self, p, dim, maxnorm):
     """Each slice along `dim` whose p-norm exceeds maxnorm is scaled down to norm maxnorm."""
     axes = tuple(d for d in range(self.ndim) if d != dim % self.ndim)
-    x = self.astype(jnp.float32) if self.dtype in (jnp.float16, jnp.bfloat16) else self
+    x = opmath(self)
     p = jnp.asarray(p, x.dtype)
     norm = jnp.where(p == jnp.inf, jnp.max(jnp.abs(x), axis=axes, keepdims=True),
                      jnp.sum(jnp.abs(x) ** p, axis=axes, keepdims=True) ** (1 / p))

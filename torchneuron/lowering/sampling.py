@@ -17,14 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import aten, lowers
+from . import aten, lowers, opmath
 
-_LOW = (jnp.float16, jnp.bfloat16)
 _CUBIC_A = -0.75  # PyTorch's bicubic convolution constant
-
-
-def _up(x):
-    return x.astype(jnp.float32) if x.dtype in _LOW else x
 
 
 def _np_float(dtype):
@@ -132,7 +127,7 @@ def _taps(mode, n_in, n_out, align_corners, scale, ft):
 
 def _resample(x, output_size, mode, align_corners, scales):
     spatial = len(output_size)
-    xu = x if mode.startswith("nearest") else _up(x)
+    xu = x if mode.startswith("nearest") else opmath(x)
     ft = _np_float(xu.dtype)
     for k in range(spatial):
         axis = x.ndim - spatial + k
@@ -144,10 +139,7 @@ def _resample(x, output_size, mode, align_corners, scales):
     return xu.astype(x.dtype)
 
 
-def _register(name, mode, spatial, align):
-    forward_op = getattr(aten, name).default
-    backward_op = getattr(aten, name + "_backward").default
-
+def _register(forward_op, backward_op, mode, spatial, align):
     def split(rest):
         rest = list(rest) + [None] * (spatial + align - len(rest))
         return (rest[0] if align else False), rest[align:align + spatial]
@@ -167,15 +159,22 @@ def _register(name, mode, spatial, align):
     return forward, backward
 
 
-for _name, _mode, _spatial, _align in [
-    ("upsample_nearest1d", "nearest", 1, 0), ("upsample_nearest2d", "nearest", 2, 0),
-    ("upsample_nearest3d", "nearest", 3, 0), ("_upsample_nearest_exact1d", "nearest-exact", 1, 0),
-    ("_upsample_nearest_exact2d", "nearest-exact", 2, 0), ("_upsample_nearest_exact3d", "nearest-exact", 3, 0),
-    ("upsample_linear1d", "linear", 1, 1), ("upsample_bilinear2d", "linear", 2, 1),
-    ("upsample_trilinear3d", "linear", 3, 1), ("upsample_bicubic2d", "cubic", 2, 1),
-    ("_upsample_bilinear2d_aa", "aa-linear", 2, 1), ("_upsample_bicubic2d_aa", "aa-cubic", 2, 1),
-]:
-    _register(_name, _mode, _spatial, _align)
+_register(aten.upsample_nearest1d.default, aten.upsample_nearest1d_backward.default, "nearest", 1, 0)
+_register(aten.upsample_nearest2d.default, aten.upsample_nearest2d_backward.default, "nearest", 2, 0)
+_register(aten.upsample_nearest3d.default, aten.upsample_nearest3d_backward.default, "nearest", 3, 0)
+_register(aten._upsample_nearest_exact1d.default, aten._upsample_nearest_exact1d_backward.default,
+          "nearest-exact", 1, 0)
+_register(aten._upsample_nearest_exact2d.default, aten._upsample_nearest_exact2d_backward.default,
+          "nearest-exact", 2, 0)
+_register(aten._upsample_nearest_exact3d.default, aten._upsample_nearest_exact3d_backward.default,
+          "nearest-exact", 3, 0)
+_register(aten.upsample_linear1d.default, aten.upsample_linear1d_backward.default, "linear", 1, 1)
+_register(aten.upsample_bilinear2d.default, aten.upsample_bilinear2d_backward.default, "linear", 2, 1)
+_register(aten.upsample_trilinear3d.default, aten.upsample_trilinear3d_backward.default, "linear", 3, 1)
+_register(aten.upsample_bicubic2d.default, aten.upsample_bicubic2d_backward.default, "cubic", 2, 1)
+_register(aten._upsample_bilinear2d_aa.default, aten._upsample_bilinear2d_aa_backward.default,
+          "aa-linear", 2, 1)
+_register(aten._upsample_bicubic2d_aa.default, aten._upsample_bicubic2d_aa_backward.default, "aa-cubic", 2, 1)
 
 
 # --------------------------------------------------------------------------- grid sampling
@@ -224,7 +223,7 @@ def _gather(plane, idx):
 
 
 def _grid_sample(input, grid, mode, padding_mode, align_corners):
-    x = _up(input)
+    x = opmath(input)
     g = grid.astype(x.dtype)
     sizes = input.shape[2:]
     spatial = len(sizes)

@@ -1,8 +1,9 @@
-"""Lowerings: view ops as values, for graphs (torch.compile).
+"""Lowerings: view ops as values, for graphs (torch.compile), and writes into views.
 
 In eager mode views are metadata over shared storage and never reach the table's kernels (the
 eager registration skips view ops); in a functionalized graph a view is just a new value, and
-these compute it.
+these compute it. The scatter forms (slice_scatter, select_scatter, ...) write into a view as a
+new value, in graphs and eager mode alike.
 """
 from __future__ import annotations
 
@@ -165,3 +166,39 @@ def view_as_real(self):
 @lowers(aten.view_as_complex.default)
 def view_as_complex(self):
     return lax.complex(self[..., 0], self[..., 1])
+
+
+# ----------------------------------------------------------------------- writes into views
+# Functionalized graphs write into a view of a tensor as `x_new = slice_scatter(x, src, ...)`: a copy
+# of `x` whose viewed region holds `src`. These are ordinary ops (not graph-only): eager runs them too.
+@_lowers(aten.slice_scatter.default)
+def slice_scatter(self, src, dim=0, start=None, end=None, step=1):
+    # Python slices clamp and wrap start/end exactly as aten.slice does.
+    index = (slice(None),) * (dim % self.ndim) + (slice(start, end, step),)
+    return self.at[index].set(src.astype(self.dtype))
+
+
+@_lowers(aten.select_scatter.default)
+def select_scatter(self, src, dim, index):
+    return self.at[(slice(None),) * (dim % self.ndim) + (index,)].set(src.astype(self.dtype))
+
+
+@_lowers(aten.diagonal_scatter.default)
+def diagonal_scatter(self, src, offset=0, dim1=0, dim2=1):
+    dims = (dim1 % self.ndim, dim2 % self.ndim)
+    moved = jnp.moveaxis(self, dims, (-2, -1))
+    n = src.shape[-1]  # the diagonal's length; aten.diagonal puts it last
+    rows = jnp.arange(n) + max(-offset, 0)
+    cols = jnp.arange(n) + max(offset, 0)
+    moved = moved.at[..., rows, cols].set(src.astype(self.dtype))
+    return jnp.moveaxis(moved, (-2, -1), dims)
+
+
+@_lowers(aten.as_strided_scatter.default)
+def as_strided_scatter(self, src, size, stride, storage_offset=None):
+    # As aten.as_strided in a graph: the storage is the value itself, laid out contiguously.
+    idx = jnp.full(tuple(size), storage_offset or 0, jnp.int64)
+    for d, s in enumerate(stride):
+        idx = idx + lax.broadcasted_iota(jnp.int64, tuple(size), d) * s
+    flat = self.reshape(-1).at[idx.reshape(-1)].set(src.astype(self.dtype).reshape(-1))
+    return flat.reshape(self.shape)

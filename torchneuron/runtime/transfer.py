@@ -13,7 +13,7 @@ import jax
 import numpy as np
 import torch
 
-from . import devices, storages
+from . import device_asserts, devices, storages
 from .dtypes import to_jax, to_torch
 from .layout import Layout, apply_math_bits, read, write
 
@@ -96,8 +96,11 @@ def host_tensor(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
 
 
 def to_host(t: torch.Tensor) -> np.ndarray:
-    """The values neuron tensor `t` means, on the host."""
-    return np.asarray(logical_value_of(t))
+    """The values neuron tensor `t` means, on the host (a synchronisation: device-side assert
+    failures so far are raised)."""
+    value = np.asarray(logical_value_of(t))
+    device_asserts.raise_failures()
+    return value
 
 
 def put(array, device_index: int) -> jax.Array:

@@ -1,57 +1,18 @@
-"""Lowerings: the functional "scatter" forms of views (slice_scatter, select_scatter, ...).
+"""Lowerings: histograms (histc, bincount, histogram, histogramdd).
 
-Functionalized graphs (torch.compile, AOTAutograd) write into a view of a tensor as
-`x_new = slice_scatter(x, src, ...)`: a copy of `x` whose viewed region holds `src`.
+Counts are scatter-adds of ones (or weights) at each element's bin; where the bin of an element on
+an edge depends on rounding, the bins and edges are found CPU's way.
 """
 from __future__ import annotations
 
 import math
 
 import jax.numpy as jnp
-from jax import lax
+import torch
 
 from ..runtime.dtypes import to_torch
-from . import aten, lowers, reductions
+from . import aten, lowers
 from .factories import _linspace_values
-
-
-@lowers(aten.slice_scatter.default)
-def slice_scatter(self, src, dim=0, start=None, end=None, step=1):
-    # Python slices clamp and wrap start/end exactly as aten.slice does.
-    index = (slice(None),) * (dim % self.ndim) + (slice(start, end, step),)
-    return self.at[index].set(src.astype(self.dtype))
-
-
-@lowers(aten.select_scatter.default)
-def select_scatter(self, src, dim, index):
-    return self.at[(slice(None),) * (dim % self.ndim) + (index,)].set(src.astype(self.dtype))
-
-
-@lowers(aten.diagonal_scatter.default)
-def diagonal_scatter(self, src, offset=0, dim1=0, dim2=1):
-    dims = (dim1 % self.ndim, dim2 % self.ndim)
-    moved = jnp.moveaxis(self, dims, (-2, -1))
-    n = src.shape[-1]  # the diagonal's length; aten.diagonal puts it last
-    rows = jnp.arange(n) + max(-offset, 0)
-    cols = jnp.arange(n) + max(offset, 0)
-    moved = moved.at[..., rows, cols].set(src.astype(self.dtype))
-    return jnp.moveaxis(moved, (-2, -1), dims)
-
-
-@lowers(aten.as_strided_scatter.default)
-def as_strided_scatter(self, src, size, stride, storage_offset=None):
-    # As aten.as_strided in a graph: the storage is the value itself, laid out contiguously.
-    idx = jnp.full(tuple(size), storage_offset or 0, jnp.int64)
-    for d, s in enumerate(stride):
-        idx = idx + lax.broadcasted_iota(jnp.int64, tuple(size), d) * s
-    flat = self.reshape(-1).at[idx.reshape(-1)].set(src.astype(self.dtype).reshape(-1))
-    return flat.reshape(self.shape)
-
-
-@lowers(aten.sort.default)
-def sort(self, dim=-1, descending=False):
-    # The overload without `stable` (torch.sort in graphs): a stable sort is one valid order.
-    return reductions.sort(self, stable=True, dim=dim, descending=descending)
 
 
 @lowers(aten.histc.default)
@@ -82,33 +43,6 @@ def bincount(self, weights=None, minlength=0):
     return jnp.zeros(length, dtype).at[self].add(weights.astype(dtype))
 
 
-@lowers(aten._grouped_mm.default)
-def grouped_mm(self, mat2, offs=None, bias=None, out_dtype=None):
-    """Matrix products over groups: `offs` (int32 cumulative ends) splits the 2-D operand's rows
-    (2-D x 3-D), its columns (3-D x 2-D) or the shared inner dimension (2-D x 2-D)."""
-    dtype = jnp.promote_types(self.dtype, jnp.float32)
-    a, b = self.astype(dtype), mat2.astype(dtype)
-    if a.ndim == 3 and b.ndim == 3:
-        out = jnp.matmul(a, b)
-    elif a.ndim == 2 and b.ndim == 3:
-        out = jnp.einsum("mk,gkn,gm->mn", a, b, _groups(offs, a.shape[0]))
-    elif a.ndim == 3:
-        out = jnp.einsum("gmk,kn,gn->mn", a, b, _groups(offs, b.shape[1]))
-    else:
-        out = jnp.einsum("mk,kn,gk->gmn", a, b, _groups(offs, a.shape[1]))
-    if bias is not None:
-        out = out + bias.astype(dtype)
-    return out
-
-
-def _groups(offs, n):
-    """One-hot (groups, n): which group each of n positions belongs to; positions past the last
-    offset belong to none (their results are zero)."""
-    position = jnp.arange(n)
-    starts = jnp.concatenate([jnp.zeros(1, offs.dtype), offs[:-1]])
-    return ((position[None, :] >= starts[:, None]) & (position[None, :] < offs[:, None])).astype(jnp.float32)
-
-
 # torch.histogram: counts (or weight sums, or densities) over bin edges, the last bin closed.
 def _histogram(x, edges, weight, density):
     x = x.reshape(-1)
@@ -128,7 +62,14 @@ def _histogram(x, edges, weight, density):
     return hist, edges
 
 
-@lowers(aten.histogram.bin_ct)
+def _histogram_meta(self, bins=100, *, range=None, weight=None, density=False):
+    # PyTorch has no meta kernel for histogram: bins counts and bins + 1 edges in self's dtype
+    n = bins if isinstance(bins, int) else bins.shape[0] - 1
+    return (torch.empty((n,), dtype=self.dtype, device="meta"),
+            torch.empty((n + 1,), dtype=self.dtype, device="meta"))
+
+
+@lowers(aten.histogram.bin_ct, meta=_histogram_meta)
 def histogram_bin_ct(self, bins=100, *, range=None, weight=None, density=False):
     if range is not None:
         lo, hi = jnp.asarray(range[0], self.dtype), jnp.asarray(range[1], self.dtype)
@@ -140,7 +81,7 @@ def histogram_bin_ct(self, bins=100, *, range=None, weight=None, density=False):
     return _histogram(self, jnp.linspace(lo, hi, bins + 1).astype(self.dtype), weight, density)
 
 
-@lowers(aten.histogram.bins_tensor)
+@lowers(aten.histogram.bins_tensor, meta=_histogram_meta)
 def histogram_bins_tensor(self, bins, *, weight=None, density=False):
     return _histogram(self, bins.astype(self.dtype), weight, density)
 
@@ -204,17 +145,30 @@ def _histogramdd(self, edges, weight, density, local_search):
     return hist
 
 
-@lowers(aten._histogramdd_bin_edges.default)
+# No meta kernels for histogramdd's parts: edges per dimension, counts of shape bins.
+def _histogramdd_bin_edges_meta(self, bins, *, range=None, weight=None, density=False):
+    return [torch.empty((n + 1,), dtype=self.dtype, device="meta") for n in bins]
+
+
+def _histogramdd_from_bin_cts_meta(self, bins, *, range=None, weight=None, density=False):
+    return torch.empty(tuple(bins), dtype=self.dtype, device="meta")
+
+
+def _histogramdd_from_bin_tensors_meta(self, bins, *, weight=None, density=False):
+    return torch.empty(tuple(b.shape[0] - 1 for b in bins), dtype=self.dtype, device="meta")
+
+
+@lowers(aten._histogramdd_bin_edges.default, meta=_histogramdd_bin_edges_meta)
 def histogramdd_bin_edges(self, bins, *, range=None, weight=None, density=False):
     return _edges_from_counts(self.reshape(-1, self.shape[-1]), bins, range)
 
 
-@lowers(aten._histogramdd_from_bin_cts.default)
+@lowers(aten._histogramdd_from_bin_cts.default, meta=_histogramdd_from_bin_cts_meta)
 def histogramdd_from_bin_cts(self, bins, *, range=None, weight=None, density=False):
     edges = _edges_from_counts(self.reshape(-1, self.shape[-1]), bins, range)
     return _histogramdd(self, edges, weight, density, local_search=True)
 
 
-@lowers(aten._histogramdd_from_bin_tensors.default)
+@lowers(aten._histogramdd_from_bin_tensors.default, meta=_histogramdd_from_bin_tensors_meta)
 def histogramdd_from_bin_tensors(self, bins, *, weight=None, density=False):
     return _histogramdd(self, [b.astype(self.dtype) for b in bins], weight, density, local_search=False)

@@ -1,4 +1,4 @@
-"""Lowerings GradScaler needs on neuron: unscale-and-check gradients, update the scale.
+"""Lowerings: the ops GradScaler needs on neuron: unscale-and-check gradients, update the scale.
 
 Both mutate their arguments; the functional overloads lowered here return the new values
 and the driver writes them back into the in-place variants' arguments.
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from ..lowering import aten, lowers
+from . import aten, lowers
 
 
 @lowers(aten._amp_foreach_non_finite_check_and_unscale.default)

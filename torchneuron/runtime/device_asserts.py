@@ -1,0 +1,65 @@
+"""Device-side assert failures, reported at the next synchronisation (as CUDA reports its own).
+
+Each NeuronCore has a failure word, an int32 on the device: 0, or the id of the first failed
+check's message. Executables that check conditions (index bounds) take the word and return it
+updated, so checking costs no host work; the host reads the words when it next waits for the
+device (synchronize, a copy to the host, `.item()`), or after every checking call with
+TORCHNEURON_LAUNCH_BLOCKING=1 (as CUDA_LAUNCH_BLOCKING), and raises the failure naming the op.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import config
+from . import devices
+
+ENABLED = config.DEVICE_ASSERTS
+LAUNCH_BLOCKING = config.LAUNCH_BLOCKING
+
+
+class DeviceAssertError(RuntimeError):
+    """A condition checked on a NeuronCore failed (an index out of bounds, say)."""
+
+
+_messages: list[str] = []  # message id - 1 -> message
+_ids: dict[str, int] = {}
+_words: dict[int, jax.Array] = {}  # device index -> its failure word, once a checking call ran
+
+
+def message_id(message: str) -> int:
+    """The id a failure word holds for `message` (at trace time)."""
+    found = _ids.get(message)
+    if found is None:
+        _messages.append(message)
+        found = _ids[message] = len(_messages)
+    return found
+
+
+def word(device_index: int) -> jax.Array:
+    """The failure word of a NeuronCore, to pass to a checking executable."""
+    found = _words.get(device_index)
+    if found is None:
+        found = _words[device_index] = jax.device_put(np.zeros((), np.int32), devices.jax_device(device_index))
+    return found
+
+
+def update(device_index: int, new_word: jax.Array) -> None:
+    """The word a checking executable returned."""
+    _words[device_index] = new_word
+    if LAUNCH_BLOCKING:
+        raise_failures()
+
+
+def raise_failures() -> None:
+    """Read every core's failure word (waiting for its work) and raise the first failure; the word
+    is cleared, so a failure is reported once."""
+    if not _words:
+        return
+    for index, value in list(_words.items()):
+        code = int(np.asarray(value))
+        if code:
+            _words[index] = jnp.zeros_like(value)
+            hint = "" if LAUNCH_BLOCKING else " (TORCHNEURON_LAUNCH_BLOCKING=1 raises at the op itself)"
+            raise DeviceAssertError(f"neuron: device-side assert triggered: {_messages[code - 1]}{hint}")
