@@ -4,10 +4,13 @@ import functools
 import pytest
 import torch
 import torch._dynamo
+import torch.nn.functional as F
+from reference import check
 
 import torchneuron
 from torchneuron.compile import compile_stats
-from torchneuron.testing.models import CNN, GPT, MLP, batches, loss_of
+from torchneuron.testing.float64 import shadowed_training
+from torchneuron.testing.models import CNN, GPT, MLP, batches, loss_of, train_step
 
 pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
@@ -52,6 +55,23 @@ def test_compiled_forward_and_backward_match_eager_and_cpu(kind, model_cls, monk
     assert compile_stats().get("eager_graphs", 0) == 0
 
 
+@pytest.mark.parametrize("rank,padding,k,kw", [
+    (1, "valid", 3, {"stride": 2}), (2, "valid", 2, {"groups": 2, "dilation": 2}), (3, "valid", 3, {}),
+    (1, "same", 2, {"dilation": 3}), (2, "same", 2, {}), (2, "same", 3, {"groups": 2, "dilation": 2}),
+    (3, "same", 2, {"groups": 2}),
+])
+def test_compiled_conv_string_padding(rank, padding, k, kw):
+    # AOTAutograd decomposes conv*d(padding=str) to aten.convolution with padding [0] ("valid") or
+    # a constant_pad_nd of the input plus explicit pads ("same" with an even kernel)
+    conv = (F.conv1d, F.conv2d, F.conv3d)[rank - 1]
+    x = torch.randn((2, 4) + (6,) * rank, dtype=torch.float64)
+    w = torch.randn((6, 4 // kw.get("groups", 1)) + (k,) * rank, dtype=torch.float64)
+    fn = torch.compile(lambda x, w, b: conv(x, w, b, padding=padding, **kw), backend="neuron")
+    eager_graphs = compile_stats().get("eager_graphs", 0)
+    check(fn, x, w, torch.randn(6, dtype=torch.float64), grad=True)
+    assert compile_stats().get("eager_graphs", 0) == eager_graphs  # each graph was one executable
+
+
 def test_compiled_training_step_matches_eager():
     torch.manual_seed(0)
     eager_model = GPT().to("neuron")
@@ -73,24 +93,18 @@ def test_compiled_training_step_matches_eager():
 
 def test_compiled_adamw_keeps_step_counts_on_neuron_and_matches_cpu():
     """As Dynamo does for CUDA: a compiled optimizer without state is made capturable, so its
-    step counts live on the device; the updates equal CPU's non-capturable AdamW."""
-    torch.manual_seed(0)
-    cpu_model = MLP()
-    model = MLP().to("neuron")
-    model.load_state_dict(cpu_model.state_dict())
-    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.1) for m in (cpu_model, model)]
-
-    step = functools.partial(_train_step, "mlp")
-    compiled_step = torch.compile(step, backend="neuron")
-    for x, y in batches("mlp", 4, batch=8):
-        a = step(cpu_model, opts[0], x, y)
-        b = compiled_step(model, opts[1], x.to("neuron"), y.to("neuron"))
-        torch.testing.assert_close(b.cpu(), a, rtol=1e-4, atol=1e-5)
-    assert opts[1].param_groups[0]["capturable"] and not opts[0].param_groups[0]["capturable"]
-    for p_cpu, p in zip(cpu_model.parameters(), model.parameters()):
-        assert opts[1].state[p]["step"].device.type == "neuron"
-        assert opts[1].state[p]["step"].item() == opts[0].state[p_cpu]["step"].item() == 4
-        torch.testing.assert_close(p.cpu(), p_cpu, rtol=1e-4, atol=1e-5)
+    step counts live on the device; each compiled step is as close to CPU's non-capturable AdamW in
+    float64 as CPU's in float32 (testing/float64.py: curves of two float32 runs drift by machine).
+    PyTorch's capturable AdamW (CPU cannot run it) computes the bias corrections as float32 tensors
+    where the non-capturable one uses Python floats: ~5 float32 roundings of the parameters (eager
+    capturable AdamW on neuron too), hence a floor of 10."""
+    errors = shadowed_training("mlp", 4, "adamw", step=torch.compile(train_step, backend="neuron"))
+    assert errors.failures(ulps=10) == []
+    opt = errors.optimizer
+    assert opt.param_groups[0]["capturable"]
+    for p in errors.model.parameters():
+        assert opt.state[p]["step"].device.type == "neuron"
+        assert opt.state[p]["step"].item() == 4
 
 
 def test_compiled_outputs_stay_on_each_inputs_core():

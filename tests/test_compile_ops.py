@@ -4,6 +4,7 @@ import torch
 import torch._dynamo
 
 from tests.reference import check
+from torchneuron.compile import compile_stats
 
 pytestmark = pytest.mark.usefixtures("fresh_dynamo", "no_fallback")
 
@@ -41,6 +42,15 @@ def test_grouped_mm():
     _both(lambda a, b: torch._grouped_mm(a, b), b, b, rtol=2e-2, atol=2e-2)
     # the weight gradient's form: 2-D x 2-D, groups over the inner dimension
     _both(lambda a, offs: torch._grouped_mm(a.t(), a, offs=offs), a, offs, rtol=2e-2, atol=2e-2)
+
+
+def test_masked_scatter_backward():
+    # Gemma 3 places image features with masked_scatter: its backward must lower in compiled graphs
+    x = torch.randn(4, 5)
+    eager_graphs = compile_stats().get("eager_graphs", 0)
+    _both(lambda t, m, s: t.masked_scatter(m, s), x, x > 0, torch.randn(6, 5), grad=True)
+    _both(lambda t, m, s: t.masked_scatter(m, s), x, (x > 0)[1], torch.randn(30), grad=True)
+    assert compile_stats().get("eager_graphs", 0) == eager_graphs
 
 
 def test_unfold_negative_dimension():

@@ -176,6 +176,14 @@ def test_masked_scatter_take_put():
     check(lambda t, i, s: t.put(i, s), x, idx([1, 2]), make((2,)))
 
 
+def test_masked_scatter_backward():
+    # source's gradient: the masked positions' gradients in order, zeros for source's unused tail
+    x = make((4, 5))
+    check(lambda t, m, s: t.masked_scatter(m, s), x, x > 0, make((30,)), grad=True)
+    check(lambda t, m, s: t.masked_scatter(m, s), x, (x > 0)[0], make((6, 5)), grad=True)
+    check(lambda t, m, s: t.masked_scatter(m, s), x, x > 9, make((3,)), grad=True)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_nonzero_masked_select(dtype):
     x = make((4, 5), dtype)

@@ -20,6 +20,39 @@ def test_conv2d(dtype, kw):
     check(lambda x, w, b: F.conv2d(x, w, b, **kw), x, w, b, grad=True)
 
 
+_CONVS = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+
+
+def _string_padding_cases():
+    """conv1d/2d/3d with padding "valid" and "same": even kernels make "same" pad one more on the
+    right (PyTorch pads the input first), dilation and groups change its amounts."""
+    for rank in _CONVS:
+        for padding in ("valid", "same"):
+            for k in (2, 3):
+                for kw in ({}, {"dilation": 2}, {"groups": 2}, {"stride": 2}):
+                    if not (padding == "same" and "stride" in kw):  # PyTorch refuses "same" with strides
+                        yield rank, padding, k, kw
+
+
+def string_padding_conv(rank, padding, k, kw, dtype=torch.float64):
+    """(fn, x, w, b) for one string-padding case (shared with tests/test_compile.py)."""
+    x = torch.randn((2, 4) + (6,) * rank, dtype=dtype)
+    w = torch.randn((6, 4 // kw.get("groups", 1)) + (k,) * rank, dtype=dtype)
+    return (lambda x, w, b: _CONVS[rank](x, w, b, padding=padding, **kw)), x, w, torch.randn(6, dtype=dtype)
+
+
+@pytest.mark.parametrize("rank,padding,k,kw", list(_string_padding_cases()))
+def test_conv_string_padding(rank, padding, k, kw):
+    # "valid" reaches aten.convolution as padding [0] (one entry for every axis) from _convolution_mode
+    fn, x, w, b = string_padding_conv(rank, padding, k, kw)
+    check(fn, x, w, b, grad=True)
+
+
+def test_conv_string_padding_float32_module():
+    conv = nn.Conv2d(4, 6, (2, 3), padding="same", dilation=(1, 2))
+    check(lambda x: conv.to(x.device)(x), torch.randn(2, 4, 7, 6), grad=True, rtol=1e-5, atol=1e-5)
+
+
 def test_conv1d_3d_no_bias_noncontiguous():
     check(lambda x, w: F.conv1d(x, w, stride=2), torch.randn(2, 7, 3).transpose(1, 2), torch.randn(5, 3, 2),
           grad=True)
@@ -61,6 +94,11 @@ def test_max_pool_module_unbatched_noncontiguous():
                                 {"kernel_size": 2, "divisor_override": 3}])
 def test_avg_pool2d(dtype, kw):
     check(lambda x: F.avg_pool2d(x, **kw), torch.randn(2, 3, 7, 8, dtype=dtype), grad=True)
+
+
+def test_avg_pool2d_kernel_larger_than_input():
+    # EfficientNet's pooler: AvgPool2d(kernel_size=hidden_dim, ceil_mode=True) over a few pixels
+    check(lambda x: F.avg_pool2d(x, 256, ceil_mode=True), torch.randn(2, 3, 4, 5), grad=True)
 
 
 @pytest.mark.parametrize("size", [1, 3, (2, 5), (4, 4)])

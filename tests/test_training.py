@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import torchneuron
+from torchneuron.testing.float64 import shadowed_training
 from torchneuron.testing.models import train
 
 
@@ -14,14 +15,13 @@ def no_fallback(monkeypatch):
 
 
 @pytest.mark.parametrize("kind,optimizer", [("mlp", "sgd"), ("mlp", "adam"), ("cnn", "adamw"), ("gpt", "adamw")])
-def test_losses_match_cpu_after_20_steps(kind, optimizer, no_fallback):
-    cpu, cpu_model = train(kind, "cpu", 20, optimizer)
-    neuron, neuron_model = train(kind, "neuron", 20, optimizer)
-    torch.testing.assert_close(neuron, cpu, rtol=1e-4, atol=1e-6)
-    if optimizer != "sgd":
-        return  # Adam's normalisation turns rounding noise in zero gradients (attention's key bias) into steps
-    for (name, p_cpu), p_neuron in zip(cpu_model.state_dict().items(), neuron_model.state_dict().values()):
-        torch.testing.assert_close(p_neuron.cpu(), p_cpu, rtol=1e-3, atol=1e-4, msg=name)
+def test_steps_as_close_to_float64_as_cpu_over_20_steps(kind, optimizer, no_fallback):
+    # Not neuron's curve against CPU's: two float32 curves drift apart by machine (CPU kernels chosen
+    # by CPU features, Adam amplifying rounding in near-zero gradients, near-ties in ReLU and max
+    # pooling); on one x86-64 machine cnn-adamw's CPU curve was 2.4e-4 from neuron's at step 12.
+    # Each neuron step is held to a float64 step from the same state instead (testing/float64.py).
+    errors = shadowed_training(kind, 20, optimizer)
+    assert errors.failures() == []
 
 
 def losses_decrease(losses):

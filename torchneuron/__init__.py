@@ -53,6 +53,9 @@ def _register() -> None:
     amp.install()
     __import__("torchneuron.profiler").profiler.install()
     __import__("torchneuron.distributed").distributed.register()
+    from . import default_backend
+
+    default_backend.install()  # torch.compile(model) of neuron tensors: the neuron backend
     if not config.AUTOGRAD_THREADS:
         # Backward on the calling thread (the setting is per thread: this is the importing one).
         torch.autograd.set_multithreading_enabled(False)

@@ -7,6 +7,8 @@ gathers and drops scatters.
 """
 from __future__ import annotations
 
+import math
+
 import jax.numpy as jnp
 import torch
 
@@ -242,6 +244,18 @@ def masked_scatter(self, mask, source):
     position = jnp.clip(jnp.cumsum(flat) - 1, 0, max(source.size - 1, 0))
     taken = source.reshape(-1)[position].reshape(mask.shape) if source.size else jnp.zeros(mask.shape)
     return jnp.where(mask, taken.astype(self.dtype), self)
+
+
+@lowers(aten.masked_scatter_backward.default)
+def masked_scatter_backward(grad_output, mask, sizes):
+    """source's gradient: the k-th True element's gradient goes to source position k, the rest 0.
+    The result's shape is `sizes`, not data-dependent: compiled graphs lower it (Gemma 3's image
+    tokens are placed with masked_scatter)."""
+    flat = jnp.broadcast_to(mask, grad_output.shape).reshape(-1)
+    total = math.prod(sizes)
+    position = jnp.where(flat, jnp.cumsum(flat) - 1, total)  # total: out of range, dropped
+    grad = jnp.zeros(total, grad_output.dtype).at[position].set(grad_output.reshape(-1), mode="drop")
+    return grad.reshape(sizes)
 
 
 @lowers(aten.take.default, checks=True)

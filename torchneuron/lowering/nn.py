@@ -41,9 +41,17 @@ def _grad_of_reduction(grad_output, shape, reduction):
 
 
 # ----------------------------------------------------------------------------- convolution
+def _per_axis(param, spatial):
+    """A convolution parameter per spatial axis. aten.convolution takes a one-element list for all
+    axes: `_convolution_mode` (conv2d(padding="valid")) passes padding [0] whatever the rank."""
+    return tuple(param) * spatial if len(param) == 1 else tuple(param)
+
+
 def _conv(x, w, stride, padding, dilation, transposed, output_padding, groups):
     acc = opmath_dtype(x.dtype)
     spatial = w.ndim - 2
+    stride, padding, dilation, output_padding = (
+        _per_axis(p, spatial) for p in (stride, padding, dilation, output_padding))
     if not transposed:
         return lax.conv_general_dilated(
             x, w, window_strides=stride, padding=[(p, p) for p in padding], rhs_dilation=dilation,

@@ -15,6 +15,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from . import aten, lowers, opmath
 
@@ -95,8 +96,14 @@ def _avg_divisor(shape, k, s, p, out, count_include_pad):
 
 
 def _avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
-    k, s, p, d, out = _pool_geometry(x.shape, kernel_size, stride, padding, (1,), ceil_mode)
-    total = jnp.sum(_windows(opmath(x), k, s, p, d, out, 0), axis=-3)
+    k, s, p, _, out = _pool_geometry(x.shape, kernel_size, stride, padding, (1,), ceil_mode)
+    # one reduce_window rather than _windows' k*k slices: EfficientNet pools with kernel_size=hidden_dim
+    high = [max(0, (o - 1) * ss + kk - n - pp) for o, ss, kk, n, pp in zip(out, s, k, x.shape[-2:], p)]
+    lead = (1,) * (x.ndim - 2)
+    xu = opmath(x)
+    total = lax.reduce_window(xu, np.array(0, xu.dtype), lax.add, lead + k, lead + s,
+                              [(0, 0)] * (x.ndim - 2) + [(p[0], high[0]), (p[1], high[1])])
+    total = total[..., :out[0], :out[1]]
     divisor = divisor_override or _avg_divisor(x.shape, k, s, p, out, count_include_pad)
     return (total / jnp.asarray(divisor, total.dtype)).astype(x.dtype)
 

@@ -105,18 +105,26 @@ def loss_of(kind: str, model: nn.Module, inputs, targets):
 MODELS = {"mlp": MLP, "cnn": CNN, "gpt": GPT}
 
 
+OPTIMIZERS = {"sgd": lambda params, lr: torch.optim.SGD(params, lr=lr, momentum=0.9),
+              "adam": lambda params, lr: torch.optim.Adam(params, lr=lr),
+              "adamw": lambda params, lr: torch.optim.AdamW(params, lr=lr)}
+
+
+def train_step(kind: str, model: nn.Module, opt: torch.optim.Optimizer, inputs, targets) -> torch.Tensor:
+    """One step: the loss, its gradients, the optimizer's update; returns the loss."""
+    loss = loss_of(kind, model, inputs, targets)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return loss
+
+
 def train(kind: str, device: str, steps: int, optimizer: str = "adamw", seed: int = 0, lr: float = 1e-2):
     """Train a fresh model (same initial weights for every device) and return its losses."""
     torch.manual_seed(seed)
     model = MODELS[kind]().to(device)
-    opt = {"sgd": lambda p: torch.optim.SGD(p, lr=lr, momentum=0.9),
-           "adam": lambda p: torch.optim.Adam(p, lr=lr),
-           "adamw": lambda p: torch.optim.AdamW(p, lr=lr)}[optimizer](model.parameters())
+    opt = OPTIMIZERS[optimizer](model.parameters(), lr)
     losses = []
     for inputs, targets in batches(kind, steps):
-        loss = loss_of(kind, model, inputs.to(device), targets.to(device))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+        losses.append(train_step(kind, model, opt, inputs.to(device), targets.to(device)).item())
     return losses, model
