@@ -113,6 +113,10 @@ def test_random_view_and_inplace_chains_match_cpu(data, shape):
                 live.append((vc, vd))
         else:
             _, fn = _inplace_ops(cpu, data)
+            if torch._debug_has_internal_overlap(cpu) == 2:
+                # elements sharing memory in ways PyTorch cannot tell (unfold): it writes them without
+                # an error, and the result depends on its kernel's loop order, which is no reference
+                continue
             (_, ec), (_, ed) = _outcome(fn, cpu), _outcome(fn, dev)
             assert (ec is None) == (ed is None), (ec, ed)
         for c, d in live:
