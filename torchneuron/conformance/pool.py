@@ -11,6 +11,7 @@ import time
 from multiprocessing.connection import wait
 
 from .. import config
+from ..testing.workers import stop_worker
 
 STARTUP_TIMEOUT = 600  # importing torch, torchneuron and op_db takes ~20 s, more on a busy machine
 TASKS_PER_WORKER = 100  # a fresh process now and then bounds the growth of JAX's compile caches
@@ -50,17 +51,7 @@ class _Slot:
         self.conn.send(task)
 
     def stop(self, kill=False):
-        if kill:
-            self.proc.kill()
-        else:
-            try:
-                self.conn.send(None)
-            except OSError:
-                pass
-        self.proc.join(10)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join()
+        stop_worker(self.conn, self.proc, kill)
         self.conn.close()
 
 

@@ -23,6 +23,8 @@ from collections.abc import Iterable, Iterator
 
 import torch
 
+from .workers import stop_worker
+
 COMPOSITE = ("default backend kernel", "math kernel")
 STARTUP_TIMEOUT = 600  # importing torch and torchneuron on a busy machine
 # Tensor arguments tried in turn until a call returns: the dtype and shape a kernel wants reach
@@ -173,14 +175,7 @@ class _Worker:
             raise RuntimeError("crash sweep: a worker did not start")
 
     def close(self):
-        try:
-            self.conn.send(None)
-        except OSError:
-            pass
-        self.proc.join(10)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join()
+        stop_worker(self.conn, self.proc)
 
 
 def sweep(names: Iterable[str], timeout: float = 60.0, device: str = "neuron") -> Iterator[tuple[str, str]]:
