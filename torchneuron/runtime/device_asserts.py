@@ -26,6 +26,7 @@ class DeviceAssertError(RuntimeError):
 _messages: list[str] = []  # message id - 1 -> message
 _ids: dict[str, int] = {}
 _words: dict[int, jax.Array] = {}  # device index -> its failure word, once a checking call ran
+_unread: set[int] = set()  # cores whose word changed since the host last read it
 
 
 def message_id(message: str) -> int:
@@ -48,16 +49,18 @@ def word(device_index: int) -> jax.Array:
 def update(device_index: int, new_word: jax.Array) -> None:
     """The word a checking executable returned."""
     _words[device_index] = new_word
+    _unread.add(device_index)
     if LAUNCH_BLOCKING:
         raise_failures()
 
 
 def raise_failures() -> None:
-    """Read every core's failure word (waiting for its work) and raise the first failure; the word
-    is cleared, so a failure is reported once."""
-    if not _words:
-        return
-    for index, value in list(_words.items()):
+    """Read the failure words that changed since the last read (waiting for their work) and raise
+    the first failure; the word is cleared, so a failure is reported once. With no checking call
+    since the last read, nothing is read from the device."""
+    while _unread:
+        index = _unread.pop()
+        value = _words[index]
         code = int(np.asarray(value))
         if code:
             _words[index] = jnp.zeros_like(value)

@@ -1,9 +1,9 @@
 """Values in and out of storages: host <-> device, and reading or writing a tensor's layout.
 
 `value_of` reads a neuron tensor as a JAX array of its shape (a cached, jit-compiled read of its
-layout); `assign` writes a JAX array into a tensor's elements; `upload` and `new_from_value` make
-new neuron tensors. An upload into a tensor that covers its whole storage binds the uploaded
-buffer to it: one device buffer per upload.
+layout); `assign` writes a JAX array into a tensor's elements (a tensor that covers its whole
+storage takes the array as its buffer: an upload is one device buffer); `put`, `wrap` and
+`new_from_value` make device buffers and new neuron tensors.
 """
 from __future__ import annotations
 
@@ -121,11 +121,6 @@ def wrap(flat: jax.Array, shape, dtype: torch.dtype, device: torch.device) -> to
     if out.numel():
         storages.bind(out.data_ptr(), flat)
     return out
-
-
-def upload(array: np.ndarray, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """A new contiguous neuron tensor holding host `array`: one device buffer."""
-    return wrap(put(np.asarray(array).reshape(-1), device.index), array.shape, dtype, device)
 
 
 def new_from_value(value: jax.Array, device: torch.device) -> torch.Tensor:
