@@ -15,7 +15,7 @@ import torch
 from . import config
 from .runtime import devices  # configures JAX before anything else touches it
 
-__all__ = ["ENVIRONMENT", "fallback_stats"]
+__all__ = ["ENVIRONMENT", "cache_stats", "fallback_stats", "set_cache_limit"]
 ENVIRONMENT = config.ENVIRONMENT
 _registered = False
 
@@ -64,3 +64,4 @@ def _register() -> None:
 _register()
 
 from .eager.fallback import fallback_stats
+from .runtime.executables import cache_stats, set_cache_limit

@@ -11,9 +11,13 @@ ENVIRONMENT = {
     "TORCHNEURON_ASYNC_DISPATCH": "'1' queues XLA:CPU work on a worker thread; default '0' runs it inline",
     "TORCHNEURON_AUTOGRAD_THREADS": "'1' keeps PyTorch's per-device backward threads; default '0' runs "
                                     "backward on the thread that calls it",
-    "TORCHNEURON_CACHE_DIR": "directory of JAX's persistent compilation cache for torch.compile graphs; "
-                             "default none (no persistent cache)",
-    "TORCHNEURON_LOG": "comma-separated topics to log; 'recompiles' logs why torch.compile recompiled",
+    "TORCHNEURON_CACHE_DIR": "directory of the persistent compilation cache (eager ops and compiled graphs); "
+                             "default ~/.cache/torchneuron/xla ($XDG_CACHE_HOME respected); empty or '0' "
+                             "turns it off",
+    "TORCHNEURON_CACHE_LIMIT": "bytes of compiled executables kept in memory (suffix K, M or G allowed), "
+                               "least recently used evicted; default 1G",
+    "TORCHNEURON_LOG": "comma-separated topics to log; 'recompiles' logs why torch.compile recompiled "
+                       "and which eager op compiled for new shapes",
     "TORCHNEURON_BUCKETS": "'0' compiles dynamic graphs at exact sizes; default '1' rounds dynamic sizes "
                            "up to power-of-two buckets",
     "TORCHNEURON_MIN_BUCKET": "smallest shape bucket of a dynamic size; default 8",
@@ -36,7 +40,25 @@ ASYNC_DISPATCH = os.environ.get("TORCHNEURON_ASYNC_DISPATCH", "0") == "1"
 # is already queued by XLA, so the thread only adds two hand-offs per backward (~0.1 ms) and runs
 # each Python kernel more slowly than the calling thread; the GIL allows no overlap to win back.
 AUTOGRAD_THREADS = os.environ.get("TORCHNEURON_AUTOGRAD_THREADS", "0") == "1"
-CACHE_DIR = os.environ.get("TORCHNEURON_CACHE_DIR")
+
+
+def _cache_dir() -> str | None:
+    value = os.environ.get("TORCHNEURON_CACHE_DIR")
+    if value is None:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        return os.path.join(base, "torchneuron", "xla")
+    return None if value.strip() in ("", "0") else value
+
+
+def _bytes(text: str) -> int:
+    """'1G', '512M', '64K' or a plain number of bytes."""
+    text = text.strip().upper().removesuffix("B")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    return int(float(text[:-1] if scale > 1 else text) * scale)
+
+
+CACHE_DIR = _cache_dir()
+CACHE_LIMIT = _bytes(os.environ.get("TORCHNEURON_CACHE_LIMIT", "1G"))
 LOG = frozenset(topic.strip() for topic in os.environ.get("TORCHNEURON_LOG", "").split(",") if topic.strip())
 BUCKETS = os.environ.get("TORCHNEURON_BUCKETS", "1") != "0"
 MIN_BUCKET = int(os.environ.get("TORCHNEURON_MIN_BUCKET", "8"))

@@ -24,7 +24,7 @@ from torch._dynamo.backends.common import aot_autograd
 
 from .. import config
 from ..lowering import LOWERINGS, asserts, calling
-from ..runtime import device_asserts, generators, storages, transfer
+from ..runtime import device_asserts, executables, generators, storages, transfer
 from ..runtime.dtypes import to_jax, to_torch
 from ..runtime.layout import Layout, contiguous_stride, read, write
 from . import buckets
@@ -34,10 +34,6 @@ _stats = collections.Counter()
 _reasons: list[str] = []
 _lock = threading.Lock()
 
-if config.CACHE_DIR:
-    jax.config.update("jax_compilation_cache_dir", config.CACHE_DIR)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 _LOG_RECOMPILES = "recompiles" in config.LOG
 
 
@@ -83,10 +79,11 @@ class CompiledGraph:
         self.input_shapes = [buckets.shape_of(n) for n in self.placeholders]
         # Non-tensor inputs (SymInt sizes under dynamic shapes) are static: they shape the graph (with
         # bucketing, as bucket sizes; the true sizes are a traced input that masks).
-        self.jitted = jax.jit(self._run_graph, static_argnums=(1,))
         # Graphs without bucketing read and write storage buffers directly, as eager plans do:
         # no per-tensor conversion outside the executable, mutated inputs' buffers donated.
-        self.direct = jax.jit(self._run_direct, static_argnums=(3,), donate_argnums=(0,))
+        # One Function per static value (the statics, or the call spec): compiled per signature,
+        # the executables in the runtime's bounded cache.
+        self._functions: dict = {}
         self._spec_ids: dict = {}  # (input entries, device) -> spec id (the executable's static argument)
         self._specs: list[_CallSpec] = []
         _stats["graphs"] += 1
@@ -213,8 +210,8 @@ class CompiledGraph:
         true_sizes = None if true is None else np.array(list(true.values()), np.int64)
         compiles = _stats["compiles"]
         failure = device_asserts.word(device.index) if self.checked else None
-        outputs, mutated, failure = self.jitted([a for a in arrays if hasattr(a, "shape")], statics, rng,
-                                                true_sizes, failure)
+        outputs, mutated, failure = self._function_of_statics(statics)(
+            [a for a in arrays if hasattr(a, "shape")], rng, true_sizes, failure)
         if self.checked:
             device_asserts.update(device.index, failure)
         if _stats["compiles"] != compiles:
@@ -282,9 +279,9 @@ class CompiledGraph:
         compiles = _stats["compiles"]
         host_arrays = {name: transfer.cpu_numpy(torch.cat([t.detach().reshape(-1) for t in same]))
                        for name, same in host.items()}  # numpy: jit moves it with the call
-        flat, new_buffers, host_new, failure = self.direct(
+        flat, new_buffers, host_new, failure = self._function_of_spec(spec_id)(
             [buffers[g] for g in spec.donated_groups], [buffers[g] for g in spec.kept_groups], host_arrays,
-            spec_id, rng, device_asserts.word(device.index) if self.checked else None)
+            rng, device_asserts.word(device.index) if self.checked else None)
         if _stats["compiles"] != compiles:
             self._note_compile([(e[2], e[3]) if e[0] == _BUFFER else e[1] for e in entries])
         else:
@@ -333,6 +330,23 @@ class CompiledGraph:
                 continue
             results.append(storages.new_tensor(prototype, shape, stride, buf))
         return results
+
+    def _function_of_statics(self, statics) -> executables.Function:
+        function = self._functions.get(("graph", statics))
+        if function is None:
+            def run_graph(arrays, rng, true_sizes, failure):
+                return self._run_graph(arrays, statics, rng, true_sizes, failure)
+            function = self._functions[("graph", statics)] = executables.Function(run_graph, "compile", self.name)
+        return function
+
+    def _function_of_spec(self, spec_id: int) -> executables.Function:
+        function = self._functions.get(spec_id)
+        if function is None:
+            def run_direct(donated, kept, host, rng, failure):
+                return self._run_direct(donated, kept, host, spec_id, rng, failure)
+            function = self._functions[spec_id] = executables.Function(
+                run_direct, "compile", self.name, donate_argnums=(0,))
+        return function
 
     def _device(self, inputs):
         for t in inputs:

@@ -10,15 +10,17 @@ other call is described in full. An op hook (the profiler's) can observe each ca
 """
 from __future__ import annotations
 
+import functools
 import threading
 import warnings
 
 import torch
 
+from .. import config
 from ..runtime import storages
 from ..runtime.core import urgent
 from ..runtime.dtypes import UnsupportedDtypeError
-from . import overlap
+from . import overlap, recompiles
 from .describe import (
     NO_DEVICE,
     CallDescription,
@@ -35,6 +37,7 @@ from .schema import OpSchema, parse
 warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
 _lock = threading.RLock()
 _lookup = storages.lookup
+_LOG_RECOMPILES = "recompiles" in config.LOG
 # op -> {plan key -> Plan}: the plans of every op, whichever kernel runs it.
 PLANS: dict = {}
 
@@ -140,4 +143,8 @@ def _run_described(schema: OpSchema, plans: dict, args, kwargs, resized: bool = 
             plan.apply_resizes(args, kwargs)
             return _run_described(schema, plans, args, kwargs, True)  # (the resizes' growths drained first)
         plans[key] = plan
+        if plan.function is not None:  # evicted from the executable cache: built again when called
+            plan.function.on_empty = functools.partial(plans.pop, key, None)
+        if _LOG_RECOMPILES:
+            recompiles.log_new_plan(schema, plans, key, desc)
     return plan.execute(args, kwargs, desc)

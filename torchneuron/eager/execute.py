@@ -91,7 +91,7 @@ class PlanExecution:
     def __call__(self, args, kwargs, desc: CallDescription):
         buffers = buffers_of(desc) if desc.missing else desc.buffers
         rng = _next_rng(self.device, args, kwargs, self.schema) if self.random else None
-        if self.jitted is None:
+        if self.function is None:
             return self._call_outside_jit(args, kwargs, desc, buffers, rng)
         flat = list(buffers) if self.in_order else [buffers[g] for g in self.arg_groups]
         if desc.scalars:
@@ -100,7 +100,12 @@ class PlanExecution:
             flat += [np.uint64(rng[0]), np.uint64(rng[1])]
         if self.checked:
             flat.append(device_asserts.word(self.device.index))
-        outputs = self.jitted(*flat)
+        function = self.function
+        function.calls += 1
+        try:
+            outputs = function.compiled(*flat)
+        except TypeError:  # a signature not compiled yet (or evicted): raised before running
+            outputs = function.call_new(flat)
         if _KEEP_RECENT:
             storages.keep_recent(outputs)
         if self.checked:
@@ -125,7 +130,12 @@ class PlanExecution:
         """A simple plan's call on its argument buffers: one fresh result."""
         if self.checked:
             flat = [*flat, device_asserts.word(self.device.index)]
-        outputs = self.jitted(*flat)
+        function = self.function
+        function.calls += 1
+        try:
+            outputs = function.compiled(*flat)
+        except TypeError:
+            outputs = function.call_new(flat)
         if _KEEP_RECENT:
             storages.keep_recent(outputs)
         if self.checked:

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import inspect
 
-import jax
 import torch
 from torch._decomp import meta_table
 
 from ..lowering import LOWERINGS, META_OVERRIDES, Lowering, calling
-from ..runtime import device_asserts
+from ..runtime import device_asserts, executables
 from ..runtime.dtypes import scalar_type_name
 from ..runtime.layout import Layout
 from . import overlap
@@ -104,12 +103,13 @@ class Plan(PlanExecution):
         self.random = lowering.random
         # the lowering checks conditions on the device: the device's failure word goes through the call
         self.checked = lowering.checks and device_asserts.ENABLED
-        self.jitted = None if self.data_dependent else jax.jit(
-            self._body, donate_argnums=tuple(range(n_written)))
+        # compiled per buffer signature, its executables in the runtime's bounded cache
+        self.function = None if self.data_dependent else executables.Function(
+            self._body, "eager", str(self.op), donate_argnums=tuple(range(n_written)))
         # The common call (nothing written, one fresh result, buffers in argument order) takes a
         # shorter path: eager speed is decided by these few microseconds.
         simple = (self.single_fresh is not None and not n_written and not self.random
-                  and self.in_order and self.jitted is not None)
+                  and self.in_order and self.function is not None)
         self.simple = simple
         self.execute = self._execute_simple if simple else self.__call__
 

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from . import devices
+from . import devices, executables
 from .core import EVENT_FREE, EVENT_GROW, StorageEvent, lib, pending, urgent
 from .dtypes import to_jax
 
@@ -143,7 +143,7 @@ def zeros(length: int, dtype, device_index: int) -> jax.Array:
 @functools.lru_cache(maxsize=1024)
 def _zeros_maker(length: int, dtype: np.dtype, device_index: int):
     sharding = jax.sharding.SingleDeviceSharding(devices.jax_device(device_index))
-    return jax.jit(lambda: jnp.zeros((length,), dtype), out_shardings=sharding)
+    return executables.Function(lambda: jnp.zeros((length,), dtype), "runtime", "zeros", out_shardings=sharding)
 
 
 def fit(array: jax.Array | None, dtype, length: int, device_index: int) -> jax.Array:

@@ -13,7 +13,7 @@ import jax
 import numpy as np
 import torch
 
-from . import device_asserts, devices, storages
+from . import device_asserts, devices, executables, storages
 from .dtypes import to_jax, to_torch
 from .layout import Layout, apply_math_bits, read, write
 
@@ -31,7 +31,7 @@ def layout_of(t: torch.Tensor) -> Layout:
 @functools.lru_cache(maxsize=4096)
 def _reader(layout: Layout, dtype, buffer_dtype, buffer_length):
     del buffer_dtype, buffer_length  # part of the cache key: jit specialises on them anyway
-    return jax.jit(lambda buf: read(storages.bitcast(buf, dtype), layout))
+    return executables.Function(lambda buf: read(storages.bitcast(buf, dtype), layout), "runtime", "read")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -41,7 +41,7 @@ def _writer(layout: Layout, dtype, bits, buffer_dtype, buffer_length):
     def write_value(buf, value):
         value = apply_math_bits(value.reshape(layout.shape), bits)
         return write(storages.bitcast(buf, dtype), layout, value)
-    return jax.jit(write_value, donate_argnums=(0,))
+    return executables.Function(write_value, "runtime", "write", donate_argnums=(0,))
 
 
 def value_of(t: torch.Tensor) -> jax.Array:

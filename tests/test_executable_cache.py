@@ -1,0 +1,182 @@
+"""The executable cache: bounded memory over endless shapes, eviction, and the persistent cache on
+disk shared by processes (issue 14, items 1, 2 and 6)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import torchneuron
+from torchneuron.eager import driver
+from torchneuron.runtime import executables
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(code: str, **env) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "PYTHONPATH": ROOT, **env}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          env=environment, timeout=600, cwd=ROOT)
+
+
+def _last_json(out: str) -> dict:
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_an_evicted_plan_compiles_again_and_gives_the_same_result():
+    limit = executables.CACHE.limit
+    op = torch.ops.aten.mul.Tensor
+    try:
+        a, b = torch.randn(3, 5), torch.randn(6, 5)
+        first = a.to("neuron") * 3
+        executables.set_cache_limit(1)  # only the newest executable stays
+        second = b.to("neuron") * 3
+        stats = executables.cache_stats()
+        assert stats["entries"] == 1 and stats["evictions"] >= 1
+        assert not any(k[0][0] == (3, 5) for k in driver.plans_of(op))  # its plan went with it
+        misses = stats["misses"]
+        again = a.to("neuron") * 3
+        assert executables.cache_stats()["misses"] == misses + 1  # compiled again
+        torch.testing.assert_close(first.cpu(), a * 3)
+        torch.testing.assert_close(again.cpu(), a * 3)
+        torch.testing.assert_close(second.cpu(), b * 3)
+    finally:
+        executables.set_cache_limit(limit)
+
+
+def test_cache_stats_reports_what_the_issue_names():
+    x = torch.randn(4, 3).to("neuron")
+    before = torchneuron.cache_stats()
+    y = x.add(1)
+    y = x.add(1)
+    after = torchneuron.cache_stats()
+    for key in ("entries", "bytes", "hits", "misses", "evictions", "compiles", "disk_hits", "limit"):
+        assert key in after
+    assert after["hits"] >= before["hits"] + 1
+    assert after["bytes"] > 0 and after["entries"] > 0
+    torch.testing.assert_close(y.cpu(), x.cpu() + 1)
+
+
+def test_memory_stays_within_the_bound_over_a_thousand_shapes():
+    result = _run("""
+        import json, torch, torchneuron
+        from torchneuron.eager import driver
+        def resident():
+            return int(open('/proc/self/statm').read().split()[1]) * 4096
+        def step(n):
+            return (torch.ones(n, 3).to('neuron') * 2).cpu()
+        for n in range(1, 201):
+            assert torch.equal(step(n), torch.full((n, 3), 2.0))
+        start = resident()
+        for n in range(201, 1001):
+            assert torch.equal(step(n), torch.full((n, 3), 2.0))
+        stats = torchneuron.cache_stats()
+        stats['growth'] = resident() - start
+        stats['plans'] = len(driver.plans_of(torch.ops.aten.mul.Tensor))
+        print(json.dumps(stats))
+    """, TORCHNEURON_CACHE_LIMIT="48M", TORCHNEURON_CACHE_DIR="0")
+    assert result.returncode == 0, result.stderr[-3000:]
+    stats = _last_json(result.stdout)
+    assert stats["misses"] >= 1000 and stats["evictions"] >= 900  # mul for every length
+    assert stats["bytes"] <= 48 << 20 and stats["plans"] <= stats["entries"]
+    # Unbounded, 800 lengths grew about 1.2 GB here; bounded, the cache's own bound plus the
+    # executables compiled between two clears of JAX's caches.
+    assert stats["growth"] < 150 << 20, stats
+
+
+_PROGRAM = """
+    import json, torch, torchneuron
+    from torchneuron.compile import compile_stats
+    torch.manual_seed(0)
+    x = torch.randn(6, 5)
+    f = torch.compile(lambda t: torch.tanh(t @ t.T).sum(1), backend="neuron")
+    eager = (x.to('neuron') * 2 + 1).softmax(1).cpu()
+    compiled = f(x.to('neuron')).cpu()
+    stats = torchneuron.cache_stats()
+    print(json.dumps({"eager": eager.tolist(), "compiled": compiled.tolist(), "compiles": stats["compiles"],
+                      "disk_hits": stats["disk_hits"], "cache": stats["persistent_cache"]}))
+"""
+
+
+def test_a_second_process_finds_the_first_ones_executables(tmp_path):
+    first = _run(_PROGRAM, TORCHNEURON_CACHE_DIR=str(tmp_path))
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = _run(_PROGRAM, TORCHNEURON_CACHE_DIR=str(tmp_path))
+    assert second.returncode == 0, second.stderr[-3000:]
+    cold, warm = _last_json(first.stdout), _last_json(second.stdout)
+    assert cold["cache"] == str(tmp_path) and cold["compiles"] > 0
+    assert warm["compiles"] == 0 and warm["disk_hits"] == cold["compiles"] + cold["disk_hits"]
+    x = torch.randn(6, 5, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    x = torch.randn(6, 5)
+    for run in (cold, warm):
+        torch.testing.assert_close(torch.tensor(run["eager"]), (x * 2 + 1).softmax(1))
+        torch.testing.assert_close(torch.tensor(run["compiled"]), torch.tanh(x @ x.T).sum(1))
+
+
+def test_concurrent_processes_share_one_cache_directory(tmp_path):
+    env = {**os.environ, "PYTHONPATH": ROOT, "TORCHNEURON_CACHE_DIR": str(tmp_path)}
+    procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(_PROGRAM)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT) for _ in range(2)]
+    outputs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outputs]
+    runs = [_last_json(out) for out, _ in outputs]
+    assert runs[0]["eager"] == runs[1]["eager"] and runs[0]["compiled"] == runs[1]["compiled"]
+    third = _last_json(_run(_PROGRAM, TORCHNEURON_CACHE_DIR=str(tmp_path)).stdout)
+    assert third["compiles"] == 0 and third["eager"] == runs[0]["eager"]
+
+
+@pytest.mark.parametrize("setting", ["", "0"])
+def test_an_empty_or_zero_cache_dir_turns_the_cache_off(setting):
+    run = _run(_PROGRAM, TORCHNEURON_CACHE_DIR=setting)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert _last_json(run.stdout)["cache"] is None and _last_json(run.stdout)["disk_hits"] == 0
+
+
+def test_an_unusable_cache_directory_warns_and_runs_uncached(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    run = _run(_PROGRAM, TORCHNEURON_CACHE_DIR=str(blocker / "cache"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "is not usable" in run.stderr and "compiling without a persistent cache" in run.stderr
+    result = _last_json(run.stdout)
+    assert result["cache"] is None and result["compiles"] > 0
+    torch.manual_seed(0)
+    x = torch.randn(6, 5)
+    torch.testing.assert_close(torch.tensor(result["eager"]), (x * 2 + 1).softmax(1))
+
+
+def test_a_failing_cache_write_warns_once_and_turns_the_cache_off(tmp_path):
+    run = _run("""
+        import errno, json, warnings, torch
+        from jax._src import compilation_cache
+        def full_disk(*args, **kwargs):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        compilation_cache.put_executable_and_time = full_disk
+        import torchneuron
+        with warnings.catch_warnings(record=True) as caught:  # (the default filters)
+            values = [(torch.arange(n).to('neuron') * 3).sum().item() for n in range(3, 9)]
+        ours = [str(w.message) for w in caught if "compilation cache" in str(w.message)]
+        print(json.dumps({"values": values, "warnings": ours, "cache": torchneuron.cache_stats()["persistent_cache"]}))
+    """, TORCHNEURON_CACHE_DIR=str(tmp_path))
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = _last_json(run.stdout)
+    assert result["values"] == [3 * n * (n - 1) // 2 for n in range(3, 9)]
+    assert len(result["warnings"]) == 1 and "No space left" in result["warnings"][0]
+    assert result["cache"] is None
+
+
+def test_recompiles_log_names_the_op_and_the_changed_sizes():
+    run = _run("""
+        import torch, torchneuron
+        for n in (3, 4):
+            (torch.ones(n, 2).to('neuron') * 2).cpu()
+    """, TORCHNEURON_LOG="recompiles", TORCHNEURON_CACHE_DIR="0")
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = [line for line in run.stderr.splitlines() if "torchneuron recompile: aten.mul.Tensor" in line]
+    assert len(lines) == 1 and "[[4, 2]]" in lines[0] and "tensor 0 dim 0" in lines[0]

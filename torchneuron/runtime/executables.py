@@ -1,0 +1,207 @@
+"""Every XLA executable torchneuron compiles, in one memory-bounded cache.
+
+A `Function` is a JAX function compiled ahead of time once per argument signature (shapes,
+dtypes, devices). Its executables live in `CACHE`, which holds at most `config.CACHE_LIMIT`
+bytes of them and evicts the least recently used (a second-chance clock: a function called since
+the last sweep survives it), so a program that meets endless new shapes keeps bounded memory. An
+evicted signature compiles again on its next call (from the persistent cache on disk, when on).
+
+JAX keeps its own caches of traces, lowerings and executables (up to thousands of entries each,
+about 1.5 MB of resident memory per small XLA:CPU executable, whatever we drop); after evictions
+they are cleared, which only our `Function`s outlive: they hold their compiled executables
+themselves and are called directly, never through `jax.jit`'s own cache.
+
+The per-call path is one attribute bump and the compiled executable's own C++ call: a call with a
+signature it was not compiled for raises TypeError before running anything, and only then does
+the function look up (or compile) the executable for the new signature.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import threading
+import time
+import warnings
+
+import jax
+
+from .. import config
+from . import compilation_cache
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+# Evictions between clears of JAX's own caches: each clear costs a retrace of whatever is compiled
+# next, so they are batched (the bound is exceeded by at most this many small executables).
+_CLEAR_EVERY = 32
+# A small XLA:CPU executable's resident cost until measured (XLA:CPU reports no code size).
+_DEFAULT_ENTRY_BYTES = 1 << 20
+
+
+def _not_compiled(*args):
+    raise TypeError("not compiled for these arguments")
+
+
+class Function:
+    """`fn` compiled once per argument signature; call it as `fn` (or, on hot paths, try
+    `self.compiled(*args)` and call `self.call_new(args)` on TypeError, counting `self.calls`)."""
+
+    __slots__ = ("jitted", "kind", "name", "compiled", "calls", "seen", "signatures", "on_empty",
+                 "__weakref__")
+
+    def __init__(self, fn, kind: str, name: str, donate_argnums=(), on_empty=None, **jit_options):
+        self.jitted = jax.jit(fn, donate_argnums=donate_argnums, **jit_options)
+        self.kind = kind  # "eager", "compile" or "runtime": cache_stats() reports each
+        self.name = name
+        self.compiled = _not_compiled  # the executable of the latest signature
+        self.calls = 0  # calls through the hot path (hits = calls - misses)
+        self.seen = 0  # calls at the clock's last sweep
+        self.signatures: dict = {}  # signature -> compiled executable
+        self.on_empty = on_empty  # called once the cache evicted every executable of this function
+
+    def __call__(self, *args):
+        self.calls += 1
+        try:
+            return self.compiled(*args)
+        except TypeError:
+            return self.call_new(args)
+
+    def call_new(self, args):
+        """A call whose signature is not the latest one's: find or compile its executable."""
+        signature = _signature(args)
+        compiled = self.signatures.get(signature)
+        if compiled is None:
+            compiled = CACHE.compile(self, signature, args)
+        else:
+            CACHE.stats["hits"] += 1
+        self.compiled = compiled
+        return compiled(*args)
+
+
+def _signature(args) -> tuple:
+    leaves, tree = jax.tree_util.tree_flatten(args)
+    return (tree, *[(x.shape, x.dtype, getattr(x, "weak_type", False),
+                     x.sharding if isinstance(x, jax.Array) else None) if hasattr(x, "dtype")
+                    else (type(x), x) for x in leaves])
+
+
+def _direct_call(compiled):
+    """The compiled executable's C++ call: `Compiled.__call__` is a Python frame around it (0.3 µs
+    per eager op). It refuses another signature with the same TypeError."""
+    make = getattr(getattr(compiled, "_executable", None), "create_cpp_call", None)
+    call = make(compiled._params) if make is not None else None
+    return call if call is not None else compiled
+
+
+def _resident() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * _PAGE
+
+
+class ExecutableCache:
+    """The compiled executables of every Function, least recently used evicted past the limit."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.entries: collections.OrderedDict = collections.OrderedDict()  # (function, signature) -> bytes
+        self.bytes = 0
+        self.stats = collections.Counter()  # misses, hits, evictions, compiles, disk_hits, ...
+        self.by_kind = collections.Counter()  # kind -> entries
+        self.evicted_calls = 0  # hot-path calls of functions since evicted entirely
+        self._evicted_since_clear = 0
+        self._typical: list[int] = []  # measured resident costs of the first compiles
+        self._samples = 0
+        self._lock = threading.RLock()
+
+    def compile(self, function: Function, signature, args):
+        with self._lock:
+            self.stats["misses"] += 1
+            before, started = _resident(), time.perf_counter()
+            compiled, from_disk = compilation_cache.compile(function.jitted, args)
+            compiled = _direct_call(compiled)
+            self.stats["compile_seconds"] += time.perf_counter() - started
+            self.stats["disk_hits" if from_disk else "compiles"] += 1
+            size = self._entry_bytes(_resident() - before)
+            function.signatures[signature] = compiled
+            self.entries[(function, signature)] = size
+            self.bytes += size
+            self.by_kind[function.kind] += 1
+            self._evict(keep=(function, signature))
+            return compiled
+
+    def _entry_bytes(self, grew: int) -> int:
+        """An executable's estimated resident cost: the median growth over the process's first
+        compiles (the very first also loads the compiler: left out), or what this compile grew
+        where that is far more (a large graph)."""
+        self._samples += 1
+        if grew > 0 and self._samples > 1 and len(self._typical) < 16:
+            self._typical.append(grew)
+        typical = sorted(self._typical)[len(self._typical) // 2] if self._typical else _DEFAULT_ENTRY_BYTES
+        return grew if len(self._typical) >= 8 and grew > 4 * typical else typical
+
+    def _evict(self, keep) -> None:
+        """Second chance: the oldest entry goes unless its function was called since the last sweep
+        (then it moves to the back, marked); newest entry always stays."""
+        spared = 0
+        while self.bytes > self.limit and len(self.entries) > 1:
+            entry = next(iter(self.entries))
+            function = entry[0]
+            if entry != keep and function.calls == function.seen:
+                self._remove(entry)
+                continue
+            function.seen = function.calls
+            self.entries.move_to_end(entry)
+            spared += 1
+            if spared > len(self.entries):  # everything was in use: evict in plain LRU order
+                self._remove(next(e for e in self.entries if e != keep))
+        if self._evicted_since_clear >= _CLEAR_EVERY:
+            self._evicted_since_clear = 0
+            jax.clear_caches()  # JAX's own caches of what we dropped (our Functions keep theirs)
+
+    def _remove(self, entry) -> None:
+        function, signature = entry
+        self.bytes -= self.entries.pop(entry)
+        compiled = function.signatures.pop(signature)
+        if function.compiled is compiled:
+            function.compiled = _not_compiled
+        self.by_kind[function.kind] -= 1
+        self.stats["evictions"] += 1
+        self._evicted_since_clear += 1
+        if not function.signatures:
+            self.evicted_calls += function.calls
+            if function.on_empty is not None:
+                function.on_empty()
+
+    def set_limit(self, limit: int) -> None:
+        with self._lock:
+            self.limit = limit
+            self._evict(keep=None)
+
+    def report(self) -> dict:
+        with self._lock:
+            calls = self.evicted_calls + sum(f.calls for f in {f for f, _ in self.entries})
+            stats = self.stats
+            return {
+                "entries": len(self.entries), "bytes": self.bytes, "limit": self.limit,
+                "hits": stats["hits"] + max(calls - stats["misses"] - stats["hits"], 0),
+                "misses": stats["misses"], "evictions": stats["evictions"],
+                "compiles": stats["compiles"], "disk_hits": stats["disk_hits"],
+                "compile_seconds": stats["compile_seconds"],
+                "entries_by_kind": {k: v for k, v in self.by_kind.items() if v},
+                "persistent_cache": compilation_cache.directory(),
+            }
+
+
+CACHE = ExecutableCache(config.CACHE_LIMIT)
+
+
+def cache_stats() -> dict:
+    """The executable cache: entries, bytes (estimated resident), limit, hits, misses, evictions;
+    of the misses, XLA compiles and persistent-cache loads (disk_hits), and their seconds."""
+    return CACHE.report()
+
+
+def set_cache_limit(limit: int) -> None:
+    """Hold at most `limit` bytes of executables (evicting now if over)."""
+    CACHE.set_limit(int(limit))
+
+
+warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
