@@ -20,8 +20,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _run(code: str, **env) -> subprocess.CompletedProcess:
     environment = {**os.environ, "PYTHONPATH": ROOT, **env}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          env=environment, timeout=600, cwd=ROOT)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], check=False, capture_output=True,
+                          text=True, env=environment, timeout=600, cwd=ROOT)
 
 
 def _last_json(out: str) -> dict:
@@ -111,7 +111,6 @@ def test_a_second_process_finds_the_first_ones_executables(tmp_path):
     cold, warm = _last_json(first.stdout), _last_json(second.stdout)
     assert cold["cache"] == str(tmp_path) and cold["compiles"] > 0
     assert warm["compiles"] == 0 and warm["disk_hits"] == cold["compiles"] + cold["disk_hits"]
-    x = torch.randn(6, 5, generator=torch.Generator().manual_seed(0))
     torch.manual_seed(0)
     x = torch.randn(6, 5)
     for run in (cold, warm):

@@ -44,8 +44,17 @@ class Function:
     """`fn` compiled once per argument signature; call it as `fn` (or, on hot paths, try
     `self.compiled(*args)` and call `self.call_new(args)` on TypeError, counting `self.calls`)."""
 
-    __slots__ = ("jitted", "kind", "name", "compiled", "calls", "seen", "signatures", "on_empty",
-                 "__weakref__")
+    __slots__ = (
+        "__weakref__",
+        "calls",
+        "compiled",
+        "jitted",
+        "kind",
+        "name",
+        "on_empty",
+        "seen",
+        "signatures",
+    )
 
     def __init__(self, fn, kind: str, name: str, donate_argnums=(), on_empty=None, **jit_options):
         self.jitted = jax.jit(fn, donate_argnums=donate_argnums, **jit_options)
