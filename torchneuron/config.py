@@ -15,7 +15,7 @@ ENVIRONMENT = {
                              "default ~/.cache/torchneuron/xla ($XDG_CACHE_HOME respected); empty or '0' "
                              "turns it off",
     "TORCHNEURON_CACHE_LIMIT": "bytes of compiled executables kept in memory (suffix K, M or G allowed), "
-                               "least recently used evicted; default 1G",
+                               "least recently used evicted; default 2G",
     "TORCHNEURON_LOG": "comma-separated topics to log; 'recompiles' logs why torch.compile recompiled "
                        "and which eager op compiled for new shapes",
     "TORCHNEURON_BUCKETS": "'0' compiles dynamic graphs at exact sizes; default '1' rounds dynamic sizes "
@@ -58,7 +58,7 @@ def _bytes(text: str) -> int:
 
 
 CACHE_DIR = _cache_dir()
-CACHE_LIMIT = _bytes(os.environ.get("TORCHNEURON_CACHE_LIMIT", "1G"))
+CACHE_LIMIT = _bytes(os.environ.get("TORCHNEURON_CACHE_LIMIT", "2G"))
 LOG = frozenset(topic.strip() for topic in os.environ.get("TORCHNEURON_LOG", "").split(",") if topic.strip())
 BUCKETS = os.environ.get("TORCHNEURON_BUCKETS", "1") != "0"
 MIN_BUCKET = int(os.environ.get("TORCHNEURON_MIN_BUCKET", "8"))

@@ -34,6 +34,7 @@ _PAGE = os.sysconf("SC_PAGE_SIZE")
 _CLEAR_EVERY = 32
 # A small XLA:CPU executable's resident cost until measured (XLA:CPU reports no code size).
 _DEFAULT_ENTRY_BYTES = 1 << 20
+_MIN_ENTRY_BYTES = 64 << 10
 
 
 def _not_compiled(*args):
@@ -137,13 +138,14 @@ class ExecutableCache:
             return compiled
 
     def _entry_bytes(self, grew: int) -> int:
-        """An executable's estimated resident cost: the median growth over the process's first
-        compiles (the very first also loads the compiler: left out), or what this compile grew
-        where that is far more (a large graph)."""
+        """An executable's estimated resident cost: the mean growth across the process's first
+        compiles (the very first also loads the compiler: left out; one that reused freed memory
+        counts as growing nothing), or what this compile grew where that is far more (a large graph)."""
         self._samples += 1
-        if grew > 0 and self._samples > 1 and len(self._typical) < 16:
-            self._typical.append(grew)
-        typical = sorted(self._typical)[len(self._typical) // 2] if self._typical else _DEFAULT_ENTRY_BYTES
+        if self._samples > 1 and len(self._typical) < 64:
+            self._typical.append(max(grew, 0))
+        typical = max(sum(self._typical) // len(self._typical), _MIN_ENTRY_BYTES) if self._typical \
+            else _DEFAULT_ENTRY_BYTES
         return grew if len(self._typical) >= 8 and grew > 4 * typical else typical
 
     def _evict(self, keep) -> None:

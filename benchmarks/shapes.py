@@ -1,0 +1,144 @@
+"""New shapes: what a growing or varying size costs, against PyTorch CPU in the same run.
+
+    python benchmarks/shapes.py [--steps 50]
+
+1. A tiny Llama (2 layers, hidden 64, 4 heads, vocab 256) `generate(max_new_tokens=64)`, greedy,
+   with Hugging Face's default (dynamic) KV cache: every step's sequence length is new. Timed on
+   neuron in a fresh process with an empty persistent cache, in a fresh process with the cache the
+   first one filled, and again in the same process; and on CPU. Resident memory growth of each
+   neuron run and its XLA compiles (torchneuron.cache_stats()). Each neuron run must produce CPU's
+   tokens.
+2. The small GPT's training step (torchneuron.testing.models, width 32) compiled with
+   `dynamic=True`, over `--steps` steps whose sequence length is drawn from 8..128 (the model's
+   context is 128 here): XLA compiles and wall time on neuron with shape buckets, on neuron at exact
+   sizes (TORCHNEURON_BUCKETS=0), and inductor on CPU with dynamic=True.
+
+Every case runs in its own subprocess, so caches and memory start clean; CPU runs alongside.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+GENERATE = """
+    import json, time, torch, transformers
+    def resident():
+        return int(open('/proc/self/statm').read().split()[1]) * 4096
+    config = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128,
+                                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                                      max_position_embeddings=256)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    prompt = torch.randint(0, 256, (1, 8))
+    device = {device!r}
+    if device == 'neuron':
+        import torchneuron
+    model = model.to(device)
+    runs = []
+    for _ in range({repeats}):
+        start_memory, start = resident(), time.perf_counter()
+        with torch.no_grad():
+            out = model.generate(prompt.to(device), max_new_tokens=64, do_sample=False, min_new_tokens=64)
+        tokens = out.cpu().tolist()
+        runs.append({{"seconds": time.perf_counter() - start, "growth": resident() - start_memory}})
+    stats = torchneuron.cache_stats() if device == 'neuron' else {{}}
+    print(json.dumps({{"runs": runs, "tokens": tokens, "compiles": stats.get("compiles"),
+                      "disk_hits": stats.get("disk_hits"), "entries": stats.get("entries"),
+                      "bytes": stats.get("bytes"), "evictions": stats.get("evictions")}}))
+"""
+
+TRAIN = """
+    import json, random, time, torch
+    import torch._dynamo
+    from torchneuron.testing.models import GPT
+    torch._dynamo.config.recompile_limit = 1000
+    device, backend = {device!r}, {backend!r}
+    if device == 'neuron':
+        import torchneuron
+        from torchneuron.compile import compile_stats
+    torch.manual_seed(0)
+    model = GPT(context=128).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    def step(idx, targets):
+        loss = model(idx, targets)
+        loss.backward()
+        return loss
+    compiled = torch.compile(step, backend=backend, dynamic=True)
+    rng = random.Random(0)
+    lengths = [rng.randint(8, 128) for _ in range({steps})]
+    start = time.perf_counter()
+    for n in lengths:
+        idx = torch.randint(0, 64, (4, n)).to(device)
+        loss = compiled(idx, torch.roll(idx, -1, 1))
+        opt.step()
+        opt.zero_grad()
+    final = loss.item()
+    compiles = compile_stats()["compiles"] if device == 'neuron' else None
+    print(json.dumps({{"seconds": time.perf_counter() - start, "compiles": compiles, "loss": final,
+                      "lengths": len(set(lengths))}}))
+"""
+
+
+def run(code: str, **env) -> dict:
+    environment = {**os.environ, "PYTHONPATH": ROOT, **env}
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          env=environment, cwd=ROOT, check=False)
+    if done.returncode:
+        raise SystemExit(f"case failed:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def generate_cases() -> None:
+    cpu = run(GENERATE.format(device="cpu", repeats=2))
+    cpu_seconds = min(r["seconds"] for r in cpu["runs"])
+    with tempfile.TemporaryDirectory() as cache:
+        cold = run(GENERATE.format(device="neuron", repeats=2), TORCHNEURON_CACHE_DIR=cache)
+        warm = run(GENERATE.format(device="neuron", repeats=1), TORCHNEURON_CACHE_DIR=cache)
+    rows = [("fresh process, empty cache", cold["runs"][0], cold),
+            ("fresh process, warm cache", warm["runs"][0], warm),
+            ("same process, second call", cold["runs"][1], None)]
+    print(f"tiny Llama generate(max_new_tokens=64), CPU {cpu_seconds:.2f} s")
+    print(f"{'neuron case':32} {'seconds':>8} {'x CPU':>8} {'RSS growth MB':>14} {'compiles':>9} {'disk loads':>10}")
+    for name, r, whole in rows:
+        extra = f"{whole['compiles']:>9} {whole['disk_hits']:>10}" if whole else f"{'':>9} {'':>10}"
+        print(f"{name:32} {r['seconds']:8.2f} {r['seconds'] / cpu_seconds:7.1f}x {r['growth'] / 2**20:14.0f} {extra}")
+    print(f"executables held: {cold['entries']}, estimated {cold['bytes'] / 2**20:.0f} MB, "
+          f"{cold['evictions']} evicted")
+    for name, result in (("cold", cold), ("warm", warm)):
+        assert result["tokens"] == cpu["tokens"], f"{name} neuron tokens differ from CPU's"
+
+
+def train_cases(steps: int) -> None:
+    with tempfile.TemporaryDirectory() as cache:
+        bucketed = run(TRAIN.format(device="neuron", backend="neuron", steps=steps), TORCHNEURON_CACHE_DIR=cache)
+    with tempfile.TemporaryDirectory() as cache:
+        exact = run(TRAIN.format(device="neuron", backend="neuron", steps=steps), TORCHNEURON_CACHE_DIR=cache,
+                    TORCHNEURON_BUCKETS="0")
+    inductor = run(TRAIN.format(device="cpu", backend="inductor", steps=steps))
+    print(f"\nGPT training, {steps} steps, {bucketed['lengths']} distinct lengths in 8..128, dynamic=True")
+    print(f"{'case':32} {'seconds':>8} {'x inductor':>11} {'XLA compiles':>13}")
+    for name, r in (("neuron, buckets", bucketed), ("neuron, exact sizes", exact), ("inductor (CPU)", inductor)):
+        compiles = "" if r["compiles"] is None else r["compiles"]
+        print(f"{name:32} {r['seconds']:8.2f} {r['seconds'] / inductor['seconds']:10.2f}x {compiles:>13}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--only", choices=("generate", "train"))
+    args = parser.parse_args()
+    if args.only != "train":
+        generate_cases()
+    if args.only != "generate":
+        train_cases(args.steps)
+
+
+if __name__ == "__main__":
+    main()
