@@ -119,7 +119,8 @@ def _position_wise(call):
 
 pads(aten.transpose.int, aten.t.default, aten.permute.default, aten.expand.default, aten.clone.default,
      aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.alias.default,
-     aten.detach.default, aten._to_copy.default, aten.full.default, aten.scalar_tensor.default,
+     aten.detach.default, aten._to_copy.default, aten.full.default, aten.full_like.default,
+     aten.zeros_like.default, aten.ones_like.default, aten.scalar_tensor.default,
      aten.tril.default, aten.triu.default,
      # arange(B)[:s] == arange(s)
      aten.arange.default, aten.arange.start)(_position_wise)
@@ -127,6 +128,19 @@ pads(aten.transpose.int, aten.t.default, aten.permute.default, aten.expand.defau
 
 @pads(aten.split.Tensor, aten.split_with_sizes.default)
 def _split(call):
+    return Padding(exact=(("self", (call["dim"] % call["self"].ndim,)),))
+
+
+@pads(aten.select.int)
+def _select(call):
+    return Padding(exact=(("self", (call["dim"] % call["self"].ndim,)),))
+
+
+@pads(aten.slice.Tensor)
+def _slice(call):
+    whole = call["start"] in (None, 0) and (call["end"] is None or (type(call["end"]) is int and call["end"] >= 2**62))
+    if whole and call["step"] == 1:  # x[:, :]: every position stays where it was
+        return POSITION_WISE
     return Padding(exact=(("self", (call["dim"] % call["self"].ndim,)),))
 
 
@@ -208,14 +222,29 @@ def _prod(call):
     return Padding(fills=(Fill("self", _dims(call), True if call["self"].dtype is torch.bool else 1),))
 
 
-@pads(aten.amax.default, aten.max.dim, aten.max.default, aten.argmax.default)
+@pads(aten.amax.default, aten.max.dim, aten.max.default)
 def _max(call):
     return Padding(fills=(Fill("self", _dims(call), _lowest(call["self"].dtype)),))
 
 
-@pads(aten.amin.default, aten.min.dim, aten.min.default, aten.argmin.default)
+@pads(aten.amin.default, aten.min.dim, aten.min.default)
 def _min(call):
     return Padding(fills=(Fill("self", _dims(call), _highest(call["self"].dtype)),))
+
+
+def _flat_index(call):
+    """argmax/argmin without a dim index the flattened tensor: padding moves every row after the first."""
+    return call["dim"] is None and call["self"].ndim > 1
+
+
+@pads(aten.argmax.default)
+def _argmax(call):
+    return None if _flat_index(call) else _max(call)
+
+
+@pads(aten.argmin.default)
+def _argmin(call):
+    return None if _flat_index(call) else _min(call)
 
 
 @pads(aten.logsumexp.default)
