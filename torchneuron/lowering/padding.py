@@ -4,8 +4,9 @@ An axis is padded when its size runs rounded up (a shape bucket) and only its fi
 hold data. A rule is a function of one op call's arguments, bound by name (tensors as real or fake
 tensors: only ndim and dtype are read), that returns a `Padding` saying how the call stays exact on
 padded operands, or None where it cannot. Axes a rule does not name are position-wise: a padded
-position there only ever changes the same position of the result. Both drivers consult `rule_for`:
-the compile driver for the ops of an FX graph (compile/buckets.py), the eager driver for single calls.
+position there only ever changes the same position of the result. The compile driver consults
+`padding_of` for the ops of an FX graph (compile/buckets.py); rules speak of a call's arguments, not
+of graph nodes, so that the eager driver can consult the same ones for single calls.
 
     >>> call = bind(aten.sum.dim_IntList, (torch.ones(4, 3), [0]), {})
     >>> rule_for(aten.sum.dim_IntList)(call).fills
@@ -20,13 +21,14 @@ from collections.abc import Callable
 import jax.numpy as jnp
 import torch
 
+from ..runtime.dtypes import to_jax
+
 aten = torch.ops.aten
 
 
 @dataclasses.dataclass(frozen=True)
 class Fill:
-    """Padded positions of `operand` along `axes` (those of them that are padded) become `value`.
-    An operand that is a list of tensors is filled element by element."""
+    """Padded positions of `operand` along `axes` (those of them that are padded) become `value`."""
 
     operand: str
     axes: tuple[int, ...]
@@ -286,7 +288,7 @@ def _mean(call):
     dims = _dims(call)
 
     def masked(c, valid):
-        x = _wide(c["self"] if c.get("dtype") is None else c["self"].astype(_jax_dtype(c["dtype"])))
+        x = _wide(c["self"] if c.get("dtype") is None else c["self"].astype(to_jax(c["dtype"])))
         return _reduced(_masked_moments(x, valid, dims, None)[0], dims, c.get("keepdim", False))
 
     return Padding(masked=masked, counted_axes=dims)
@@ -346,11 +348,6 @@ def _mse_loss_backward(call):
 def _nll_loss(call):
     # padded targets are ignored: they add nothing to the loss, its gradient or total_weight
     return Padding(fills=(Fill("target", _all(call["target"]), call["ignore_index"]),))
-
-
-def _jax_dtype(dtype):
-    from ..runtime.dtypes import to_jax
-    return to_jax(dtype)
 
 
 def padding_of(op, args, kwargs) -> Padding | None:
