@@ -135,6 +135,11 @@ class CompiledGraph:
 
     def _evaluate(self, inputs, rng, true_sizes, failure):
         env = {}
+        sizes = None
+        if true_sizes is not None:  # while tracing: the symbols' placeholders hold their buckets
+            symbols = self.bucketing.symbols
+            sizes = buckets.Sizes({s: true_sizes[k] for k, s in enumerate(symbols)},
+                                  {s: inputs[i] for s, i in symbols.items()})
         for node, value in zip(self.placeholders, inputs):
             env[node] = value
         mutations = {}
@@ -143,7 +148,7 @@ class CompiledGraph:
         with asserts.collecting(self.checked) as checks:
             for node in self.gm.graph.nodes:
                 if node.op == "call_function":
-                    env[node] = self._call(node, env, mutations, base_key, rng, random_index, true_sizes)
+                    env[node] = self._call(node, env, mutations, base_key, rng, random_index, sizes)
                 elif node.op == "get_attr":  # a captured constant tensor: baked into the executable
                     env[node] = _to_array(getattr(self.gm, node.target), None)
                 elif node.op == "output":
@@ -153,7 +158,7 @@ class CompiledGraph:
         return outputs, [mutations[i] for i in ordered], (
             asserts.updated_failure(failure, checks) if self.checked else None)
 
-    def _call(self, node, env, mutations, base_key, rng, random_index, true_sizes):
+    def _call(self, node, env, mutations, base_key, rng, random_index, sizes):
         def value(a):
             if isinstance(a, torch.fx.Node):
                 return env[a]
@@ -162,9 +167,14 @@ class CompiledGraph:
             return a
 
         args, kwargs = value(node.args), value(node.kwargs)
-        if true_sizes is not None and node in self.bucketing.masks:
-            args = buckets.apply_masks(self.bucketing.masks[node], args, true_sizes, list(self.bucketing.symbols))
         target = node.target
+        masking = self.bucketing.masks.get(node) if sizes is not None else None
+        if masking is not None:
+            args, kwargs = masking.fill(target, args, kwargs, sizes)
+            if masking.counted:  # the op needs the true size: the padding rule computes it
+                multi = len(target._schema.returns) > 1
+                result = masking.run(target, args, kwargs, sizes)
+                return _match_meta(result if multi else [result], node.meta.get("val"), multi)
         if target is operator.getitem:
             return args[0][args[1]]
         if not isinstance(target, torch._ops.OpOverload):
@@ -197,10 +207,12 @@ class CompiledGraph:
         true = None
         if self.bucketing is not None:
             true, sizes = self.bucketing.sizes(inputs)
-            arrays = [buckets.pad(a, shape, true, sizes) if hasattr(a, "shape") else a
+            arrays = [self.bucketing.pad(a, shape, true, sizes) if hasattr(a, "shape") else a
                       for a, shape in zip(arrays, self.input_shapes)]
             for symbol, index in self.bucketing.symbols.items():
                 arrays[index] = sizes[symbol]  # the graph's shapes are the bucket's
+            for index, expr in self.bucketing.derived.items():
+                arrays[index] = int(expr.subs(sizes))
         rng = None
         if self.random_nodes:
             seed, offset = generators.next_seed_and_offset(device, None)
@@ -225,8 +237,10 @@ class CompiledGraph:
             else:
                 transfer.assign(target, new)
         if true is not None:
-            outputs = [buckets.unpad(o, shape, true) if hasattr(o, "shape") else o
+            outputs = [self.bucketing.unpad(o, shape, true, sizes) if hasattr(o, "shape") else o
                        for o, shape in zip(outputs, self.output_shapes)]
+            for index, expr in self.bucketing.size_outputs.items():
+                outputs[index] = int(expr.subs(true))
         return [_from_array(o, device, i in self.host_outputs) for i, o in enumerate(outputs)]
 
     def _call_direct(self, inputs):
