@@ -70,13 +70,14 @@ def _count(event: str, **kwargs) -> None:
         _disk_hits[0] += 1
 
 
-def compile(jitted, args):
-    """(The executable of `jitted` for `args`, whether it came from the disk cache)."""
+def compile(jitted, args, options=None):
+    """(The executable of `jitted` for `args`, whether it came from the disk cache); `options`:
+    XLA compiler options."""
     lowered = jitted.lower(*args)
     hits = _disk_hits[0]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        compiled = lowered.compile()
+        compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
     for w in caught:
         if "persistent compilation cache" in str(w.message):
             with _lock:
