@@ -195,8 +195,9 @@ for _op, _operands in _CONTRACTIONS.items():
     pads(_op)(_contraction(_operands))
 
 
-@pads(aten._softmax.default, aten._safe_softmax.default, aten._log_softmax.default)
+@pads(aten._softmax.default, aten._safe_softmax.default, aten._log_softmax.default, aten.logsumexp.default)
 def _softmax(call):
+    """exp(-inf) = 0: a padded position adds nothing to the normaliser."""
     if not call["self"].dtype.is_floating_point:
         return None
     return Padding(fills=(Fill("self", _dims(call), -math.inf),))
@@ -247,13 +248,6 @@ def _argmax(call):
 @pads(aten.argmin.default)
 def _argmin(call):
     return None if _flat_index(call) else _min(call)
-
-
-@pads(aten.logsumexp.default)
-def _logsumexp(call):
-    if not call["self"].dtype.is_floating_point:
-        return None
-    return Padding(fills=(Fill("self", _dims(call), -math.inf),))
 
 
 @pads(aten.linalg_vector_norm.default)
