@@ -313,16 +313,35 @@ def _shifts(gm, plan) -> dict:
         axis, k = moved[0]
         if pairs[axis][0] != 0 or k < 0 or not _padded(shape[axis], plan.symbols) or not _known(shape[axis], plan):
             continue
-        users = list(node.users)
-        if not users or not all(
-                u.target is torch.ops.aten.slice.Tensor and u.args[0] is node and not u.kwargs
-                and len(u.args) >= 3 and u.args[1] % len(shape) == axis and u.args[2] == k
-                and _whole_end(u.args[3] if len(u.args) > 3 else None) and (u.args[4] if len(u.args) > 4 else 1) == 1
-                and _shape(u) == shape for u in users):
+        slices = _shift_slices(node, axis, k, len(shape))
+        if slices is None:
             continue
         shifts[node] = Masking([("self", axis, plan.layout(shape[axis]), value)], [], None)
-        shifts.update((u, None) for u in users)
+        shifts.update((u, None) for u in slices)
     return shifts
+
+
+def _shift_slices(node, axis, k, ndim) -> list | None:
+    """The slices that take `node` (padded by k after `axis`) back to its input's shape: on every
+    path, whole slices along other axes (x[:, 2:] slices axis 0 whole first), then [k:] along `axis`."""
+    found = []
+    for u in node.users:
+        if u.target is not torch.ops.aten.slice.Tensor or u.args[0] is not node or u.kwargs or len(u.args) < 3:
+            return None
+        dim, start = u.args[1] % ndim, u.args[2]
+        end, step = (u.args[3] if len(u.args) > 3 else None), (u.args[4] if len(u.args) > 4 else 1)
+        if step != 1 or not _whole_end(end):
+            return None
+        if dim == axis and start == k:
+            found.append(u)
+        elif dim != axis and start in (None, 0):
+            rest = _shift_slices(u, axis, k, ndim)
+            if rest is None:
+                return None
+            found += [u, *rest]
+        else:
+            return None
+    return found or None
 
 
 def _masking(node, plan) -> Masking | None:

@@ -121,7 +121,8 @@ def _position_wise(call):
 
 pads(aten.transpose.int, aten.t.default, aten.permute.default, aten.expand.default, aten.clone.default,
      aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.alias.default,
-     aten.detach.default, aten._to_copy.default, torch.ops.prims.convert_element_type.default, aten.full.default, aten.full_like.default,
+     aten.detach.default, aten._to_copy.default, torch.ops.prims.convert_element_type.default,
+     aten.full.default, aten.full_like.default,
      aten.zeros_like.default, aten.ones_like.default, aten.scalar_tensor.default,
      aten.tril.default, aten.triu.default,
      # uninitialised memory: the table allocates zeros, whose value at a position ignores the size
