@@ -29,6 +29,8 @@ REDUCTIONS = {
     "logsumexp_prod": lambda x: (x.logsumexp(1), (x / 4 + 1).prod(1)),
     "softmax": lambda x: torch.softmax(x, 1).mean(1) + x.sum(1),
     "rms_norm_over_padded_axis": lambda x: F.rms_norm(x, (x.shape[1],)),
+    # pad-then-slice shifts left (HF's label shift): the last two positions become the pad value
+    "shift_left": lambda x: (F.pad(x, (0, 2), value=-1.0)[:, 2:] * torch.arange(x.shape[1], device=x.device)).sum(1),
 }
 
 
@@ -143,6 +145,8 @@ REFUSED = {
     "layer_norm_over_padded_axis": lambda x: F.layer_norm(x, (x.shape[1],)),
     "cumsum_flip": lambda x: x.flip(1).cumsum(1),
     "argmax_of_flattened": lambda x: x.argmax(),
+    "shift_right": lambda x: F.pad(x, (1, 0), value=-1.0)[:, :-1].sum(1),
+    "write_into_partial_slice": lambda x: torch.cat([x[:, :1], torch.zeros_like(x[:, 1:])], 1).sum(1),
 }
 
 

@@ -47,7 +47,7 @@ def _unsupported(gm: torch.fx.GraphModule) -> list[str]:
     missing = set()
     for node in gm.graph.nodes:
         if (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
-                and node.target not in LOWERINGS):
+                and node.target not in LOWERINGS and node.target is not torch.ops.aten.sym_size.int):
             missing.add(str(node.target))
     return sorted(missing)
 
@@ -177,8 +177,10 @@ class CompiledGraph:
                 return _match_meta(result if multi else [result], node.meta.get("val"), multi)
         if target is operator.getitem:
             return args[0][args[1]]
+        if target is torch.ops.aten.sym_size.int:  # a size read off an array: static while tracing
+            return args[0].shape[args[1]]
         if not isinstance(target, torch._ops.OpOverload):
-            return target(*args, **kwargs)  # size arithmetic on static ints (operator.mul, sym_size)
+            return target(*args, **kwargs)  # size arithmetic on static ints (operator.mul)
         if target is torch.ops.aten.copy_.default and node.args[0].op == "placeholder":
             index = self.placeholders.index(node.args[0])
             new = jax.numpy.broadcast_to(args[1], args[0].shape).astype(args[0].dtype)

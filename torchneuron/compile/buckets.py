@@ -173,7 +173,12 @@ def plan(gm: torch.fx.GraphModule) -> Plan | None:
     if layouts is None:
         return None
     known = Plan(symbols, derived, layouts, {})
+    shifts = _shifts(gm, known)
     for node in gm.graph.nodes:
+        if node in shifts:
+            if shifts[node] is not None:
+                known.masks[node] = shifts[node]
+            continue
         shapes = [_shape(a) for a in _tensor_args(node)] + [_shape(node)]
         if not all(_known(e, known) for shape in shapes for e in shape):
             return None
@@ -185,6 +190,10 @@ def plan(gm: torch.fx.GraphModule) -> Plan | None:
                 if isinstance(val, torch.SymInt):
                     known.size_outputs[i] = val.node.expr
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        if node.target is torch.ops.aten.sym_size.int:
+            # size arithmetic, as operator.mul: a bucket while tracing, and its users (size outputs,
+            # shapes) are checked as any size's are
             continue
         if not _sizes_only_as_shapes(node):
             return None
@@ -277,6 +286,62 @@ def _regroup(factors, shape) -> list | None:
                 return None
         groups.append(tuple(group))
     return groups if all(f == 1 for f in factors) else None
+
+
+def _whole_end(end) -> bool:
+    return end is None or (type(end) is int and end >= 2**62)
+
+
+def _shifts(gm, plan) -> dict:
+    """Shifts left along a padded axis, written pad-then-slice (Hugging Face's causal LM loss shifts
+    its labels so): y = constant_pad_nd(x, k after the axis's end, value v)[k:], so y[i] = x[i + k]
+    where i + k < s, else v. Run at bucket B with x's padded positions set to v it gives the same
+    y[i] for every i < s: x[i + k] where i + k < s, and v from the filled positions or the pad
+    beyond B. The intermediate's size s + k is never padded or sliced back by the plan.
+
+    Maps each such pad to its Masking and its slices to None (both skip the other checks)."""
+    shifts = {}
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target is not torch.ops.aten.constant_pad_nd.default:
+            continue
+        shape, pad = _shape(node.args[0]), node.args[1]
+        value = node.args[2] if len(node.args) > 2 else node.kwargs.get("value", 0)
+        pairs = {len(shape) - 1 - j: (pad[2 * j], pad[2 * j + 1]) for j in range(len(pad) // 2)}
+        moved = [(axis, after) for axis, (before, after) in pairs.items() if (before, after) != (0, 0)]
+        if len(moved) != 1 or not all(type(p) is int for p in pad):
+            continue
+        axis, k = moved[0]
+        if pairs[axis][0] != 0 or k < 0 or not _padded(shape[axis], plan.symbols) or not _known(shape[axis], plan):
+            continue
+        slices = _shift_slices(node, axis, k, len(shape))
+        if slices is None:
+            continue
+        shifts[node] = Masking([("self", axis, plan.layout(shape[axis]), value)], [], None)
+        shifts.update((u, None) for u in slices)
+    return shifts
+
+
+def _shift_slices(node, axis, k, ndim) -> list | None:
+    """The slices that take `node` (padded by k after `axis`) back to its input's shape: on every
+    path, whole slices along other axes (x[:, 2:] slices axis 0 whole first), then [k:] along `axis`."""
+    found = []
+    for u in node.users:
+        if u.target is not torch.ops.aten.slice.Tensor or u.args[0] is not node or u.kwargs or len(u.args) < 3:
+            return None
+        dim, start = u.args[1] % ndim, u.args[2]
+        end, step = (u.args[3] if len(u.args) > 3 else None), (u.args[4] if len(u.args) > 4 else 1)
+        if step != 1 or not _whole_end(end):
+            return None
+        if dim == axis and start == k:
+            found.append(u)
+        elif dim != axis and start in (None, 0):
+            rest = _shift_slices(u, axis, k, ndim)
+            if rest is None:
+                return None
+            found += [u, *rest]
+        else:
+            return None
+    return found or None
 
 
 def _masking(node, plan) -> Masking | None:

@@ -54,6 +54,9 @@ def mul(self, other):
     return self * other
 
 
+# true_divide is div's composite alias, which eager dispatch expands; it reaches graphs that divide
+# by a Python float Dynamo passes as a tensor (dynamic=True: GPT-2's GELU)
+@lowers(aten.true_divide.Tensor, promote=INT_TO_FLOAT, graph_only=True)
 @lowers(aten.div.Tensor, aten.div.Scalar, promote=INT_TO_FLOAT)
 def div(self, other):
     return self / other
@@ -684,6 +687,13 @@ def to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_
     # x.to(dtype / device / memory format) in a graph: only the dtype changes a value; the device
     # of a graph output is restored from its meta value when the executable returns.
     return self if dtype is None else self.astype(to_jax(dtype))
+
+
+# Dynamo passes a Python float it does not specialize (dynamic=True: RMSNorm's eps) as a float64
+# scalar tensor, and the graph casts it with this prim.
+@lowers(torch.ops.prims.convert_element_type.default, graph_only=True)
+def convert_element_type(a, dtype):
+    return a.astype(to_jax(dtype))
 
 
 @lowers(aten.lift_fresh_copy.default, graph_only=True)

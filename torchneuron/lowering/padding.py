@@ -121,9 +121,14 @@ def _position_wise(call):
 
 pads(aten.transpose.int, aten.t.default, aten.permute.default, aten.expand.default, aten.clone.default,
      aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.alias.default,
-     aten.detach.default, aten._to_copy.default, aten.full.default, aten.full_like.default,
+     aten.detach.default, aten._to_copy.default, torch.ops.prims.convert_element_type.default,
+     aten.full.default, aten.full_like.default,
      aten.zeros_like.default, aten.ones_like.default, aten.scalar_tensor.default,
      aten.tril.default, aten.triu.default,
+     # uninitialised memory: the table allocates zeros, whose value at a position ignores the size
+     aten.empty.memory_format, aten.empty_strided.default, aten.empty_permuted.default,
+     aten.new_empty_strided.default,
+     aten.fill.Scalar, aten.fill.Tensor, aten.zero.default,
      # arange(B)[:s] == arange(s)
      aten.arange.default, aten.arange.start)(_position_wise)
 
@@ -138,16 +143,44 @@ def _select(call):
     return Padding(exact=(("self", (call["dim"] % call["self"].ndim,)),))
 
 
+def _whole(call, size) -> bool:
+    """The slice start:end:step takes every position of an axis of `size`: x[:], x[0:n] of n."""
+    end = call["end"]
+    if isinstance(end, torch.SymInt) and isinstance(size, torch.SymInt):
+        # the same size (a bucketed graph runs both as the bucket), compared without a guard
+        ends = end.node.expr == size.node.expr
+    else:
+        ends = end is None or (type(end) is int and (end >= 2**62 or type(size) is int and end >= size))
+    return call["start"] in (None, 0) and ends and call["step"] == 1
+
+
 @pads(aten.slice.Tensor)
 def _slice(call):
-    whole = call["start"] in (None, 0) and (call["end"] is None or (type(call["end"]) is int and call["end"] >= 2**62))
-    if whole and call["step"] == 1:  # x[:, :]: every position stays where it was
+    if _whole(call, call["self"].shape[call["dim"] % call["self"].ndim]):  # every position stays put
         return POSITION_WISE
     return Padding(exact=(("self", (call["dim"] % call["self"].ndim,)),))
 
 
+@pads(aten.slice_scatter.default)
+def _slice_scatter(call):
+    # x[:, :] = src writes every position of src where it was; a partial slice along a padded axis
+    # would move or drop positions (src's padding lands inside x's true region)
+    dim = call["dim"] % call["self"].ndim
+    if _whole(call, call["self"].shape[dim]):
+        return POSITION_WISE
+    return Padding(exact=(("self", (dim,)), ("src", (dim,))))
+
+
+def _legacy_empty(t) -> bool:
+    """A 1-D tensor of size 0, which cat skips whatever the other operands' shapes."""
+    return t.ndim == 1 and type(t.shape[0]) is int and t.shape[0] == 0
+
+
 @pads(aten.cat.default)
 def _cat(call):
+    # cat([torch.tensor([]), x]) is x (an empty cache grown by its first update): positions stay put
+    if sum(not _legacy_empty(t) for t in call["tensors"]) == 1:
+        return POSITION_WISE
     return Padding(exact=(("tensors", (call["dim"] % call["tensors"][0].ndim,)),))
 
 
