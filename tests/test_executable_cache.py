@@ -99,7 +99,8 @@ _PROGRAM = """
     compiled = f(x.to('neuron')).cpu()
     stats = torchneuron.cache_stats()
     print(json.dumps({"eager": eager.tolist(), "compiled": compiled.tolist(), "compiles": stats["compiles"],
-                      "disk_hits": stats["disk_hits"], "cache": stats["persistent_cache"]}))
+                      "disk_hits": stats["disk_hits"], "untraced": stats["untraced_loads"],
+                      "eager_entries": stats["entries_by_kind"].get("eager", 0), "cache": stats["persistent_cache"]}))
 """
 
 
@@ -111,6 +112,8 @@ def test_a_second_process_finds_the_first_ones_executables(tmp_path):
     cold, warm = _last_json(first.stdout), _last_json(second.stdout)
     assert cold["cache"] == str(tmp_path) and cold["compiles"] > 0
     assert warm["compiles"] == 0 and warm["disk_hits"] == cold["compiles"] + cold["disk_hits"]
+    # the eager plans' programs load by name, without being traced again
+    assert cold["untraced"] == 0 and warm["untraced"] == warm["eager_entries"] > 0
     torch.manual_seed(0)
     x = torch.randn(6, 5)
     for run in (cold, warm):
@@ -179,3 +182,16 @@ def test_recompiles_log_names_the_op_and_the_changed_sizes():
     assert run.returncode == 0, run.stderr[-3000:]
     lines = [line for line in run.stderr.splitlines() if "torchneuron recompile: aten.mul.Tensor" in line]
     assert len(lines) == 1 and "[[4, 2]]" in lines[0] and "tensor 0 dim 0" in lines[0]
+
+
+def test_the_store_writes_whole_entries_and_prunes_the_oldest(tmp_path, monkeypatch):
+    from torchneuron.runtime import compilation_cache
+    monkeypatch.setattr(compilation_cache, "DISK_LIMIT", 4000)
+    store = compilation_cache.DirectoryStore(str(tmp_path))
+    for i in range(5):
+        store.put(f"entry-{i}", bytes([i]) * 1000)
+        os.utime(tmp_path / f"entry-{i}", (i, i))  # written in order, oldest first
+    assert store.get("entry-3") == bytes([3]) * 1000 and store.get("absent") is None
+    assert not list(tmp_path.glob(".partial-*"))  # every write renamed into place
+    store.prune()  # 5000 bytes over a bound of 4000: down to 3000, oldest first
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["entry-2", "entry-3", "entry-4"]

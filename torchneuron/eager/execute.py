@@ -33,6 +33,9 @@ class Slot:
     def __init__(self, index):
         self.index = index
 
+    def __repr__(self):  # (part of a plan's persistent name: no address)
+        return f"Slot({self.index})"
+
 
 class PlanExecution:
     """The executing half of a plan (see plan.Plan for the attributes it reads)."""

@@ -17,7 +17,7 @@ from ..runtime import device_asserts, executables
 from ..runtime.dtypes import scalar_type_name
 from ..runtime.layout import Layout
 from . import overlap
-from .describe import CallDescription
+from .describe import CallDescription, key_of
 from .execute import PlanExecution, Slot
 from .schema import Kind, OpSchema
 
@@ -105,13 +105,21 @@ class Plan(PlanExecution):
         self.checked = lowering.checks and device_asserts.ENABLED
         # compiled per buffer signature, its executables in the runtime's bounded cache
         self.function = None if self.data_dependent else executables.Function(
-            self._body, "eager", str(self.op), donate_argnums=tuple(range(n_written)))
+            self._body, "eager", str(self.op), donate_argnums=tuple(range(n_written)),
+            identity=self._identity(schema, desc))
         # The common call (nothing written, one fresh result, buffers in argument order) takes a
         # shorter path: eager speed is decided by these few microseconds.
         simple = (self.single_fresh is not None and not n_written and not self.random
                   and self.in_order and self.function is not None)
         self.simple = simple
         self.execute = self._execute_simple if simple else self.__call__
+
+    def _identity(self, schema: OpSchema, desc: CallDescription) -> str:
+        """Everything this plan's program depends on besides its buffers, as text: the op, its key
+        and what the plan decided from them (the persistent cache's name for the program)."""
+        return repr((str(self.op), key_of(schema, desc), self.groups, self.layouts, self.dtypes, self.bits,
+                     self.template_args, self.template_kwargs, self.writes, self.fresh, self.compute_dtype,
+                     self.layout_flags, self.checked, self.random))
 
     # ------------------------------------------------------------ building
     def _meta_call(self, args, kwargs, buffers):

@@ -1,25 +1,36 @@
 """The persistent compilation cache: XLA executables kept on disk, so a second run starts warm.
 
 On by default in a per-user directory (`config.CACHE_DIR`: TORCHNEURON_CACHE_DIR names another,
-empty or '0' turns it off), as JAX, inductor and TorchNeuron keep one. It is JAX's own cache,
-configured with a size bound: that makes JAX take a file lock around every read and write, so
-concurrent processes (torchrun ranks, the sweep's workers) never read a half-written entry. A
-directory that cannot be written, or a write that fails later (a full disk), warns once and
-leaves the process compiling without it; results never depend on the cache.
+empty or '0' turns it off), as JAX, inductor and TorchNeuron keep one. JAX's compiler reads and
+writes it through our store, `DirectoryStore`: each entry is written to a temporary file and renamed
+into place, so concurrent processes (torchrun ranks, the sweep's workers) never read a half-written
+entry and never wait on a lock. (JAX's own store with a size bound takes a lock and rescans the
+whole directory on every write: quadratic, minutes over a test suite.) The disk bound is kept by
+pruning the oldest entries when a process opens the cache and each time it has written a tenth of
+the bound. A directory that cannot be written, or a write that fails later (a full disk), warns once
+and leaves the process compiling without it; results never depend on the cache.
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
+import pathlib
+import pickle
 import tempfile
 import threading
 import warnings
 
 import jax
+import jaxlib
+import torch
 from jax._src import compilation_cache as _jax_cache
+from jax._src.compilation_cache_interface import CacheInterface
+from jax.experimental.serialize_executable import deserialize_and_load, serialize
 
 from .. import config
 
-# Disk the cache may fill before JAX evicts its least recently used entries.
+# Disk the cache may fill; past it the least recently used entries go (DirectoryStore.prune).
 DISK_LIMIT = 4 << 30
 _disk_hits = [0]
 _lock = threading.Lock()
@@ -48,6 +59,57 @@ def _warn_off(path: str, why: str) -> None:
                   "directory, or to 0 to turn it off)", RuntimeWarning, stacklevel=2)
 
 
+class DirectoryStore(CacheInterface):
+    """Entries as files of one directory, each written whole or not at all (rename into place)."""
+
+    def __init__(self, path: str):
+        self._path = pathlib.Path(path)
+        self._written = 0
+        self.prune()
+
+    def get(self, key: str) -> bytes | None:
+        path = self._path / key
+        try:
+            value = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(path)  # (recently used: pruned last)
+        return value
+
+    def put(self, key: str, value: bytes) -> None:
+        target = self._path / key
+        if target.exists():
+            return
+        with tempfile.NamedTemporaryFile(dir=self._path, prefix=".partial-", delete=False) as f:
+            try:
+                f.write(value)
+            except BaseException:
+                os.unlink(f.name)
+                raise
+        os.replace(f.name, target)
+        self._written += len(value)
+        if self._written > DISK_LIMIT // 10:
+            self._written = 0
+            self.prune()
+
+    def prune(self) -> None:
+        """Oldest entries out until the directory holds at most three quarters of the bound."""
+        try:
+            entries = [(e.stat().st_mtime, e.stat().st_size, e.path) for e in os.scandir(self._path) if e.is_file()]
+        except OSError:
+            return
+        total = sum(size for _, size, _ in entries)
+        if total <= DISK_LIMIT:
+            return
+        for _, size, path in sorted(entries):
+            if total <= DISK_LIMIT * 3 // 4:
+                break
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+                total -= size
+
+
 def enable(path: str | None) -> None:
     """Use `path` as the persistent cache (None: off)."""
     global _directory
@@ -61,8 +123,85 @@ def enable(path: str | None) -> None:
     if path is not None:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-        jax.config.update("jax_compilation_cache_max_size", DISK_LIMIT)
-    _jax_cache.reset_cache()  # JAX opens the (new) directory at its next compile
+    _jax_cache.reset_cache()
+    if path is not None:  # JAX's compiler uses our store from now on
+        _jax_cache._cache = DirectoryStore(path)
+        _jax_cache._cache_initialized = True
+
+
+# ------------------------------------------------------------------ executables by identity
+# JAX's cache is keyed by the lowered module: a hit still traces and lowers the function (~8 ms for
+# a small eager op, most of a warm start). A Function that can name everything its program depends
+# on (an eager plan: its op, plan key and decisions) is also stored under that name, and loaded
+# without tracing. The name includes a hash of torchneuron's own code, so an edited lowering
+# never loads a stale program; the entries share JAX's store (its disk bound and file lock).
+
+_STORED_PREFIX = "torchneuron-"
+_code_hash: list[str] = []
+
+
+def _code_version() -> str:
+    """A hash of torchneuron's sources and C++ core, and of the versions of what they build on."""
+    if not _code_hash:
+        digest = hashlib.sha256(f"{jax.__version__} {jaxlib.__version__} {torch.__version__}".encode())
+        package = pathlib.Path(__file__).resolve().parent.parent
+        for path in sorted(package.rglob("*")):
+            if path.suffix in (".py", ".so") and path.is_file():
+                digest.update(str(path.relative_to(package)).encode())
+                digest.update(path.read_bytes())
+        _code_hash.append(digest.hexdigest())
+    return _code_hash[0]
+
+
+def stored_key(identity: str, args, options) -> str | None:
+    """The store's key of a program named `identity` compiled for `args` with `options`, or None
+    while the cache is off or the name holds a per-process value (an object's address)."""
+    if _directory is None or " at 0x" in identity or _device_of(args) is None:
+        return None
+    leaves, tree = jax.tree_util.tree_flatten(args)
+    arguments = [(tuple(x.shape), str(x.dtype), bool(getattr(x, "weak_type", False)),
+                  tuple(d.id for d in x.sharding.device_set) if isinstance(x, jax.Array) else None)
+                 for x in leaves]
+    settings = (config.PLATFORM, config.CORES, config.DEVICE_ASSERTS, str(torch.get_default_dtype()),
+                torch.are_deterministic_algorithms_enabled(), jax.devices()[0].device_kind)
+    text = repr((identity, str(tree), arguments, sorted((options or {}).items()), settings, _code_version()))
+    return _STORED_PREFIX + hashlib.sha256(text.encode()).hexdigest()
+
+
+def _store():
+    return _jax_cache._cache if _directory is not None else None
+
+
+def _device_of(args):
+    """The one device the arguments live on (a stored program runs where it is loaded), or None."""
+    devices = {d for x in jax.tree_util.tree_leaves(args) if isinstance(x, jax.Array) for d in x.sharding.device_set}
+    return devices.pop() if len(devices) == 1 else None
+
+
+def load(key: str, args):
+    """The compiled executable stored under `key`, loaded onto the device of `args`, or None
+    (absent, unreadable or stale)."""
+    store = _store()
+    try:
+        blob = store.get(key) if store is not None else None
+        if blob is None:
+            return None
+        return deserialize_and_load(*pickle.loads(blob), execution_devices=[_device_of(args)])
+    except Exception:  # a torn or foreign entry: compile instead (the next store replaces it)
+        return None
+
+
+def store(key: str, compiled) -> None:
+    target = _store()
+    if target is None:
+        return
+    try:
+        target.put(key, pickle.dumps(serialize(compiled)))
+    except Exception as e:  # (a full disk): once, then uncached
+        with _lock:
+            if _directory is not None:
+                _warn_off(_directory, f"{type(e).__name__}: {e}")
+                enable(None)
 
 
 def _count(event: str, **kwargs) -> None:

@@ -57,6 +57,7 @@ class Function:
         "__weakref__",
         "calls",
         "compiled",
+        "identity",
         "jitted",
         "kind",
         "name",
@@ -65,8 +66,12 @@ class Function:
         "signatures",
     )
 
-    def __init__(self, fn, kind: str, name: str, donate_argnums=(), on_empty=None, **jit_options):
+    def __init__(self, fn, kind: str, name: str, donate_argnums=(), on_empty=None, identity=None,
+                 **jit_options):
         self.jitted = jax.jit(fn, donate_argnums=donate_argnums, **jit_options)
+        # everything the program depends on besides its arguments, as text (None: not nameable);
+        # with it the persistent cache loads the program without tracing it
+        self.identity = identity
         self.kind = kind  # "eager", "compile" or "runtime": cache_stats() reports each
         self.name = name
         self.compiled = _not_compiled  # the executable of the latest signature
@@ -139,7 +144,14 @@ class ExecutableCache:
             before, started = _resident(), time.perf_counter()
             quick = _QUICK_PLATFORM and function.kind != "compile" and _argument_bytes(args) <= _QUICK_BYTES
             options = _QUICK if quick else None
-            compiled, from_disk = compilation_cache.compile(function.jitted, args, options)
+            key = compilation_cache.stored_key(function.identity, args, options) if function.identity else None
+            compiled = compilation_cache.load(key, args) if key is not None else None
+            from_disk = compiled is not None
+            self.stats["untraced_loads"] += from_disk
+            if compiled is None:
+                compiled, from_disk = compilation_cache.compile(function.jitted, args, options)
+                if key is not None and not from_disk:  # (XLA:CPU: one loaded from disk serialises without its code)
+                    compilation_cache.store(key, compiled)
             compiled = _direct_call(compiled)
             self.stats["compile_seconds"] += time.perf_counter() - started
             self.stats["disk_hits" if from_disk else "compiles"] += 1
@@ -209,6 +221,7 @@ class ExecutableCache:
                 "hits": stats["hits"] + max(calls - stats["misses"] - stats["hits"], 0),
                 "misses": stats["misses"], "evictions": stats["evictions"],
                 "compiles": stats["compiles"], "disk_hits": stats["disk_hits"],
+                "untraced_loads": stats["untraced_loads"],
                 "compile_seconds": stats["compile_seconds"],
                 "entries_by_kind": {k: v for k, v in self.by_kind.items() if v},
                 "persistent_cache": compilation_cache.directory(),
@@ -220,7 +233,8 @@ CACHE = ExecutableCache(config.CACHE_LIMIT)
 
 def cache_stats() -> dict:
     """The executable cache: entries, bytes (estimated resident), limit, hits, misses, evictions;
-    of the misses, XLA compiles and persistent-cache loads (disk_hits), and their seconds."""
+    of the misses, XLA compiles and persistent-cache loads (disk_hits; of them untraced_loads, the
+    eager plans loaded by name without tracing), and their seconds."""
     return CACHE.report()
 
 
