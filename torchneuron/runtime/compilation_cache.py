@@ -187,7 +187,7 @@ def load(key: str, args):
         if blob is None:
             return None
         return deserialize_and_load(*pickle.loads(blob), execution_devices=[_device_of(args)])
-    except Exception:  # a torn or foreign entry: compile instead (the next store replaces it)
+    except Exception:  # noqa: BLE001  (a torn or foreign entry: compile instead; the next store replaces it)
         return None
 
 
@@ -197,7 +197,7 @@ def store(key: str, compiled) -> None:
         return
     try:
         target.put(key, pickle.dumps(serialize(compiled)))
-    except Exception as e:  # (a full disk): once, then uncached
+    except Exception as e:  # noqa: BLE001  (a full disk, an unserialisable program): once, then uncached
         with _lock:
             if _directory is not None:
                 _warn_off(_directory, f"{type(e).__name__}: {e}")
