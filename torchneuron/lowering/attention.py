@@ -59,8 +59,10 @@ def sdpa_overrideable(query, key, value, attn_bias=None, dropout_p=0.0, is_causa
     s = _scores(query, key, attn_bias, is_causal, _scale(query, scale))
     m = jnp.max(s, axis=-1)
     safe_m = jnp.where(jnp.isfinite(m), m, 0.0)
-    lse = jnp.log(jnp.sum(jnp.exp(s - safe_m[..., None]), axis=-1)) + safe_m  # -inf: all masked
-    p = _weights(s, lse)
+    e = jnp.exp(s - safe_m[..., None])
+    total = jnp.sum(e, axis=-1, keepdims=True)
+    p = e / jnp.where(total > 0, total, 1.0)  # zeros where every key is masked
+    lse = jnp.log(total[..., 0]) + safe_m  # -inf where every key is masked
     acc = opmath_dtype(value.dtype) or value.dtype
     out = jnp.einsum("bhgls,bhsd->bhgld", p.astype(acc), value.astype(acc))
     b, hq, L = query.shape[:3]
