@@ -13,6 +13,7 @@
 #include <ATen/core/GeneratorForPrivateuseone.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/transformers/attention.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/view_native.h>
@@ -599,6 +600,47 @@ at::Tensor& neuron_set_empty(at::Tensor& self) {
   return neuron_set_storage_offset(self, std::move(empty), 0, {0}, {});
 }
 
+
+// ------------------------------------------------------ attention backend choice
+// F.scaled_dot_product_attention (a C++ composite) asks the _fused_sdp_choice DispatchStub, not
+// the op, which backend runs; Python cannot register a DispatchStub. Neuron's fused path is the
+// "overrideable" backend, lowered in torchneuron/lowering/attention.py. Calls it does not cover
+// go to the math path, and so do calls under sdpa_kernel(SDPBackend.MATH).
+bool fused_attention_covers(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
+                            bool enable_gqa) {
+  const auto dtype = q.scalar_type();
+  const bool floating = dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf;
+  if (!floating || k.scalar_type() != dtype || v.scalar_type() != dtype) return false;
+  if (q.is_nested() || k.is_nested() || v.is_nested()) return false;
+  if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) return false;
+  // dropout needs the same mask in the backward: the math path draws and keeps it
+  if (dropout_p > 0.0) return false;
+  const int64_t batch = q.sym_size(0).guard_int(__FILE__, __LINE__);
+  const int64_t q_heads = q.sym_size(1).guard_int(__FILE__, __LINE__);
+  const int64_t kv_heads = k.sym_size(1).guard_int(__FILE__, __LINE__);
+  if (k.sym_size(0) != batch || v.sym_size(0) != batch || v.sym_size(1) != kv_heads) return false;
+  if (k.sym_size(2) != v.sym_size(2) || k.sym_size(3) != q.sym_size(3)) return false;
+  // k/v heads shared by groups of q heads: GQA, or one head broadcast as the math path does
+  if (kv_heads != q_heads && !(kv_heads == 1 || (enable_gqa && q_heads % kv_heads == 0))) return false;
+  if (mask.has_value() && mask->defined()) {
+    if (is_causal || mask->dim() > 4 || mask->is_nested()) return false;
+    if (mask->scalar_type() != at::kBool && mask->scalar_type() != dtype) return false;
+  }
+  return true;
+}
+
+int64_t neuron_fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
+                                std::optional<double> scale, bool enable_gqa) {
+  auto& ctx = at::globalContext();
+  if (ctx.userEnabledOverrideableSDP() &&
+      fused_attention_covers(q, k, v, mask, dropout_p, is_causal, enable_gqa)) {
+    return static_cast<int64_t>(at::SDPBackend::overrideable);
+  }
+  return static_cast<int64_t>(ctx.userEnabledMathSDP() ? at::SDPBackend::math : at::SDPBackend::error);
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", neuron_empty);
   m.impl("empty_strided", neuron_empty_strided);
@@ -610,6 +652,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Storage_storage_offset", neuron_set_storage_offset);
   m.impl("set_.source_Tensor", neuron_set_tensor);
   m.impl("set_", neuron_set_empty);
+  m.impl("_fused_sdp_choice", neuron_fused_sdp_choice);
 }
 
 struct Registrar {
@@ -619,6 +662,10 @@ struct Registrar {
 } g_registrar;
 
 }  // namespace
+
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &neuron_fused_sdp_choice)
+}  // namespace at::native
 
 // ------------------------------------------------------ C ABI for the runtime
 #define TN_EXPORT __attribute__((visibility("default")))

@@ -3,7 +3,8 @@
 PyTorch ships autocast kernels for CUDA, CPU, XPU, MPS... but none for PrivateUse1, so this
 module registers them on the AutocastPrivateUse1 dispatch key with CUDA's op policy:
 
-- LOWER ops (matmuls, convolutions, attention) run in the autocast dtype;
+- LOWER ops (matmuls, convolutions, attention, as CUDA lists its fused attention) run in the
+  autocast dtype;
 - FP32 ops (reductions, softmax, norms, losses, exp/log/pow...) run in float32;
 - PROMOTE ops (cat, stack, addcmul...) run in the widest floating dtype among their inputs;
 
@@ -23,7 +24,7 @@ LOWER = ("_convolution", "conv1d", "conv2d", "conv3d", "conv_tbc", "conv_transpo
          "conv_transpose3d", "convolution", "prelu", "addmm", "addmv", "addr", "matmul", "einsum", "mm", "mv",
          "linalg_vecdot", "linear", "addbmm", "baddbmm", "bmm", "chain_matmul", "linalg_multi_dot",
          "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell", "scaled_dot_product_attention",
-         "_scaled_dot_product_attention_math")
+         "_scaled_dot_product_attention_math", "_scaled_dot_product_fused_attention_overrideable")
 FP32 = ("acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p", "reciprocal", "rsqrt",
         "sinh", "tan", "pow", "softplus", "layer_norm", "native_layer_norm", "group_norm", "native_group_norm",
         "batch_norm", "native_batch_norm", "instance_norm", "rms_norm", "frobenius_norm", "nuclear_norm",

@@ -176,7 +176,7 @@ class PlanExecution:
                 out.append(args[alias] if alias < len(args) else kwargs[name])
             else:
                 listy = str(returns[r].type).startswith("List")
-                out.append(by_return.get(fresh_index, [] if listy else None))
+                out.append(by_return.get(fresh_index, self.int_results.get(r, [] if listy else None)))
                 fresh_index += 1
         return out[0] if len(returns) == 1 else tuple(out)
 

@@ -81,6 +81,8 @@ class Plan(PlanExecution):
         overlap.check(self.layouts, self.groups, {ti for ti, _ in self.writes},
                       [d.itemsize for d in self.dtypes])
         self.fresh = self._fresh()  # [(functional return path, Layout, dtype)]
+        # Integer results (fused attention's max_q/max_k) follow from the key: the meta kernel's.
+        self.int_results = self._int_results()
         # empty tensors of each fresh output's dtype and device: new tensors are made from them
         self.fresh_prototypes = [torch.empty(0, dtype=dt, device=self.device) for _, _, dt in self.fresh]
         self.compute_dtype = self._compute_dtype(meta_args, meta_kwargs)
@@ -275,6 +277,13 @@ class Plan(PlanExecution):
                 raise NotImplementedError(f"neuron: no meta kernel for {self.op}")
             # else: an output the op leaves undefined (a backward's masked-out gradient): None
         return fresh
+
+    def _int_results(self) -> dict:
+        outs = self.meta_out
+        if not isinstance(outs, tuple):
+            return {}
+        return {r: int(out) for r, out in enumerate(outs)
+                if isinstance(out, (int, torch.SymInt)) and not isinstance(out, bool)}
 
     def _compute_dtype(self, margs, mkwargs):
         return calling.compute_dtype(self.lowering, self.schema.names, margs, mkwargs)

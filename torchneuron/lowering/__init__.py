@@ -124,7 +124,7 @@ def opmath(x):
 
 FAMILIES = ("elementwise", "reductions", "shape", "indexing", "linalg", "nn", "factories", "random", "foreach",
             "views", "histograms", "sampling", "pooling", "activations", "fft", "polynomials", "special",
-            "embedding_bag", "ctc", "amp", "fake_quant")
+            "embedding_bag", "ctc", "amp", "fake_quant", "attention")
 
 
 def load_all() -> dict:
