@@ -79,6 +79,20 @@ def test_several_results_and_their_gradients():
     torch.testing.assert_close(y.grad, 2 + 3 * x.detach())
 
 
+def test_the_default_backward_holds_integers_constant_and_refuses_optional_tensors():
+    @torchneuron.jax_op("test_jax_op::shifted")
+    def shifted(x: torch.Tensor, shift: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        return x * shift + (0 if bias is None else bias)
+
+    x = torch.ones(3, device="neuron", requires_grad=True)
+    shift = torch.tensor([1, 2, 3], device="neuron")
+    shifted(x, shift, None).sum().backward()
+    assert x.grad.cpu().tolist() == [1.0, 2.0, 3.0]
+    bias = torch.zeros(3, device="neuron", requires_grad=True)
+    with pytest.raises(NotImplementedError, match=r"plain Tensor arguments, not \['bias'\]"):
+        shifted(x, shift, bias).sum().backward()
+
+
 def test_register_autograd_replaces_the_default_backward():
     @torchneuron.jax_op("test_jax_op::double")
     def double(x: torch.Tensor) -> torch.Tensor:
