@@ -59,6 +59,23 @@ def test_gradcheck_on_cpu_in_float64(op):
     assert torch.autograd.gradcheck(lambda a, b: op(a, b, 1e-6), (x, w))
 
 
+def test_defaults_keyword_arguments_and_bfloat16():
+    @torchneuron.jax_op("test_jax_op::scaled_power")
+    def scaled_power(x: torch.Tensor, y: torch.Tensor, power: int = 2, *, scale: float = 1.0) -> torch.Tensor:
+        return scale * x**power * y
+
+    x, y = torch.randn(5, dtype=torch.bfloat16), torch.randn(5, dtype=torch.bfloat16)
+    results = []
+    for device in ("cpu", "neuron"):
+        xd = x.detach().to(device).requires_grad_()
+        out = scaled_power(xd, y.to(device), scale=3.0)
+        out.sum().backward()
+        assert out.dtype == xd.grad.dtype == torch.bfloat16
+        results.append((out.detach().cpu(), xd.grad.cpu()))
+    torch.testing.assert_close(results[0], results[1])
+    torch.testing.assert_close(results[0][0], 3.0 * x * x * y)
+
+
 def test_the_default_backward_is_an_op_of_its_own():
     x, w = torch.randn(2, 8), torch.randn(8)
     g = torch.randn(2, 8)
