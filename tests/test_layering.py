@@ -29,6 +29,7 @@ ALLOWED = {
     "amp": {"runtime", "lowering", "config"},
     "distributed": {"runtime", "config"},
     "device_module": {"runtime", "config"},
+    "custom_ops": {"eager", "runtime", "lowering", "config"},
 }
 
 

@@ -15,7 +15,7 @@ import torch
 from . import config
 from .runtime import devices  # configures JAX before anything else touches it
 
-__all__ = ["ENVIRONMENT", "cache_stats", "fallback_stats", "set_cache_limit"]
+__all__ = ["ENVIRONMENT", "cache_stats", "fallback_stats", "jax_op", "set_cache_limit"]
 ENVIRONMENT = config.ENVIRONMENT
 _registered = False
 
@@ -63,5 +63,6 @@ def _register() -> None:
 
 _register()
 
+from .custom_ops import jax_op
 from .eager.fallback import fallback_stats
 from .runtime.executables import cache_stats, set_cache_limit

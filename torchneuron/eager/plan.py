@@ -108,7 +108,7 @@ class Plan(PlanExecution):
         # compiled per buffer signature, its executables in the runtime's bounded cache
         self.function = None if self.data_dependent else executables.Function(
             self._body, "eager", str(self.op), donate_argnums=tuple(range(n_written)),
-            identity=self._identity(schema, desc))
+            identity=None if lowering.user_code else self._identity(schema, desc))
         # The common call (nothing written, one fresh result, buffers in argument order) takes a
         # shorter path: eager speed is decided by these few microseconds.
         simple = (self.single_fresh is not None and not n_written and not self.random

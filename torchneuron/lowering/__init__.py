@@ -59,6 +59,9 @@ class Lowering:
     # Makes device-side checks (lowering/asserts.py): drivers thread the device's failure word
     # through its executables.
     checks: bool = False
+    # A user's function (torchneuron.jax_op): torchneuron's code hash does not cover it, so its eager
+    # programs are not kept in the persistent cache.
+    user_code: bool = False
 
 
 LOWERINGS: dict[torch._ops.OpOverload, Lowering] = {}

@@ -1,0 +1,252 @@
+"""JAX (and Pallas) functions as PyTorch custom ops: `jax_op`.
+
+    @torchneuron.jax_op("mylib::rms_norm")
+    def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        return x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + eps) * weight
+
+defines `torch.ops.mylib.rms_norm` (and returns its `CustomOpDef`, as `torch.library.custom_op` does):
+- on neuron, an entry of the lowering table whose function is the JAX function: the eager driver
+  runs it (one plan and executable per call signature, non-tensor arguments static) and
+  torch.compile lowers it into the graph's executable like any ATen op;
+- its Meta/fake kernel from `jax.eval_shape` (torch.compile traces it as one node);
+- its CPU kernel: the JAX function on JAX's CPU device (tests compare against it);
+- its backward: `jax.vjp` of the function, as a second op `<name>_vjp` (so it too runs on neuron
+  and in graphs), until `register_autograd` replaces it.
+
+JAX functions do not mutate their arguments: `mutates_args` must be empty (return the new value).
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from .eager import kernels
+from .lowering import lowers
+from .runtime.dtypes import to_jax, to_torch
+
+__all__ = ["jax_op"]
+
+# namespace -> the Library our neuron kernels are registered through (kept alive here)
+_LIBRARIES: dict[str, torch.library.Library] = {}
+
+
+def jax_op(name: str, fn: Callable | None = None, /, *, mutates_args: Iterable[str] = (),
+           schema: str | None = None):
+    """Define the PyTorch custom op `name` ("namespace::op") computed by the JAX function `fn`,
+    typed like a `torch.library.custom_op` function (or described by `schema`). Returns the op's
+    `CustomOpDef`: call it like the function, or `register_autograd(backward, setup_context=...)`
+    to replace the default backward (jax.vjp). A Pallas kernel (`pl.pallas_call`) is a JAX function
+    too: run it with `interpret=True` where the arrays live on the CPU.
+
+        @torchneuron.jax_op("mylib::scale")
+        def scale(x: torch.Tensor, factor: float) -> torch.Tensor:
+            return x * factor
+
+        scale(torch.ones(3, device="neuron"), 2.0)  # neuron: a cached executable of `x * factor`
+    """
+    if isinstance(mutates_args, str) or list(mutates_args):
+        raise ValueError(f"jax_op {name}: JAX functions cannot mutate their arguments "
+                         f"(mutates_args={mutates_args!r}); return the new value and assign it instead")
+
+    def define(fn: Callable):
+        text = schema if schema is not None else torch.library.infer_schema(fn, mutates_args=())
+        op_def = _define(name, fn, text)
+        _register_default_backward(op_def, fn)
+        return op_def
+
+    return define if fn is None else define(fn)
+
+
+def _define(name: str, fn: Callable, schema: str):
+    """The custom op `name` with its CPU, fake and neuron kernels, all computed by `fn`."""
+    returns = torch._C.parse_schema(name + schema).returns
+    for ret in returns:
+        if str(ret.type) != "Tensor":
+            raise ValueError(f"jax_op {name}: returns must be Tensors, the schema declares {ret.type}")
+    n_returns = len(returns)
+    op_def = torch.library.custom_op(name, mutates_args=(), device_types="cpu", schema=schema)(
+        _cpu_kernel(name, fn, n_returns))
+    op = op_def._opoverload
+    op_def.register_fake(_fake_kernel(name, fn, n_returns))
+    lowers(op, user_code=True)(_checked(name, fn, n_returns))
+    namespace, opname = name.split("::")
+    library = _LIBRARIES.get(namespace)
+    if library is None:
+        library = _LIBRARIES[namespace] = torch.library.Library(namespace, "IMPL")
+    library.impl(opname, kernels.make_kernel(op), "PrivateUse1")
+    return op_def
+
+
+def _bind(fn: Callable, args, kwargs, is_tensor: Callable) -> tuple[Callable, list]:
+    """(`fn` as a function of the call's tensors alone, the tensors): everything else is static."""
+    leaves, tree = jax.tree_util.tree_flatten((list(args), kwargs), is_leaf=is_tensor)
+    where = [i for i, x in enumerate(leaves) if is_tensor(x)]
+
+    def call(*tensors):
+        full = list(leaves)
+        for i, t in zip(where, tensors):
+            full[i] = t
+        a, k = jax.tree_util.tree_unflatten(tree, full)
+        return fn(*a, **k)
+
+    return call, [leaves[i] for i in where]
+
+
+def _is_torch_tensor(x) -> bool:
+    return isinstance(x, torch.Tensor)
+
+
+def _results(name: str, out, n_returns: int) -> list:
+    """`out` as a list of arrays, or the error of a result that is not the declared one."""
+    many = isinstance(out, (tuple, list))
+    got = list(out) if many else [out]
+    if many != (n_returns > 1) or len(got) != n_returns:
+        declared = "one Tensor" if n_returns == 1 else f"a tuple of {n_returns} Tensors"
+        found = f"a {type(out).__name__} of {len(got)}" if many else f"one {type(out).__name__}"
+        raise RuntimeError(f"{name}: the schema declares {declared}, the JAX function returned {found}; "
+                           f"make the function's return match its annotation (or schema=)")
+    for i, r in enumerate(got):
+        if not (hasattr(r, "shape") and hasattr(r, "dtype")):
+            raise RuntimeError(f"{name}: result {i} is a {type(r).__name__}, not an array")
+        try:
+            to_torch(r.dtype)
+        except KeyError:
+            raise RuntimeError(f"{name}: result {i} has dtype {r.dtype}, which PyTorch has no dtype for") from None
+    return got
+
+
+def _checked(name: str, fn: Callable, n_returns: int) -> Callable:
+    """The lowering: `fn` on the call's arrays, its result checked against the schema."""
+    @functools.wraps(fn)
+    def lowering(*args, **kwargs):
+        got = _results(name, fn(*args, **kwargs), n_returns)
+        return tuple(got) if n_returns > 1 else got[0]
+    return lowering
+
+
+def _fake_kernel(name: str, fn: Callable, n_returns: int) -> Callable:
+    def fake(*args, **kwargs):
+        call, tensors = _bind(fn, args, kwargs, _is_torch_tensor)
+        devices = {t.device for t in tensors}
+        if len(devices) > 1:
+            raise RuntimeError(f"{name}: expected all tensors on one device, found {sorted(map(str, devices))}; "
+                               f"move them with .to(device) first")
+        structs = [jax.ShapeDtypeStruct(tuple(t.shape), to_jax(t.dtype)) for t in tensors]
+        got = _results(name, jax.eval_shape(call, *structs), n_returns)
+        like = tensors[0] if tensors else torch.empty(0)
+        made = [like.new_empty(tuple(r.shape), dtype=to_torch(r.dtype)) for r in got]
+        return tuple(made) if n_returns > 1 else made[0]
+    return fake
+
+
+def _to_host_array(t: torch.Tensor):
+    t = t.detach().contiguous()
+    if t.dtype == torch.bfloat16:  # numpy has no bfloat16: through its bits
+        return t.view(torch.int16).numpy().view(jnp.bfloat16)
+    return t.numpy()
+
+
+def _from_host_array(a) -> torch.Tensor:
+    a = np.asarray(a)
+    if a.dtype == jnp.bfloat16:
+        return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(a.copy())
+
+
+def _cpu_kernel(name: str, fn: Callable, n_returns: int) -> Callable:
+    def cpu(*args, **kwargs):
+        call, tensors = _bind(fn, args, kwargs, _is_torch_tensor)
+        host = jax.devices("cpu")[0]
+        with jax.default_device(host):
+            out = call(*[jax.device_put(_to_host_array(t), host) for t in tensors])
+        made = [_from_host_array(r) for r in _results(name, out, n_returns)]
+        return tuple(made) if n_returns > 1 else made[0]
+    return cpu
+
+
+def _register_default_backward(op_def, fn: Callable) -> None:
+    """Autograd through `jax.vjp` of `fn`, computed by a second op `<name>_vjp` taking the output
+    gradients, then the forward's arguments, and returning a gradient per plain Tensor argument."""
+    op = op_def._opoverload
+    name = op._schema.name
+    arguments = op._schema.arguments
+    n_out = len(op._schema.returns)
+    positional = [a for a in arguments if not a.kwarg_only]
+    diff = [i for i, a in enumerate(positional) if str(a.type) == "Tensor"]
+    if not diff:
+        return
+    taken = {a.name for a in arguments}
+    grad_names = [next(f"{prefix}{k}" for prefix in ("grad_", "grad_out_", "_grad_")
+                       if f"{prefix}{k}" not in taken) for k in range(n_out)]
+    declared = [f"Tensor {g}" for g in grad_names] + _argument_texts(op._schema)
+    returns = "Tensor" if len(diff) == 1 else f"({', '.join(['Tensor'] * len(diff))})"
+    vjp_op = _define(f"{name}_vjp", _vjp_of(fn, n_out, diff), f"({', '.join(declared)}) -> {returns}")
+
+    def setup_context(ctx, inputs, output, keyword_only_inputs=None):
+        ctx.save_for_backward(*(inputs[i] for i in diff))
+        ctx.rest = ([None if i in diff else x for i, x in enumerate(inputs)], keyword_only_inputs or {})
+
+    def backward(ctx, *grads):
+        inputs, keywords = ctx.rest
+        inputs = list(inputs)
+        for i, t in zip(diff, ctx.saved_tensors):
+            inputs[i] = t
+        needs = ctx.needs_input_grad
+        undifferentiated = [positional[i].name for i, need in enumerate(needs) if need and i not in diff]
+        if undifferentiated:
+            raise NotImplementedError(f"{name}: the default backward (jax.vjp) differentiates plain Tensor "
+                                      f"arguments, not {undifferentiated}; register_autograd your own")
+        got = vjp_op(*grads, *inputs, **keywords)
+        got = got if isinstance(got, tuple) else (got,)
+        result = [None] * len(inputs)
+        for i, g in zip(diff, got):
+            result[i] = g if needs[i] else None
+        return tuple(result)
+
+    op_def.register_autograd(backward, setup_context=setup_context)
+
+
+def _argument_texts(schema) -> list[str]:
+    """The schema's arguments as schema text ("Tensor x", "float eps=1e-06", "*"), split at the
+    top-level commas of its parameter list."""
+    text = str(schema)
+    inner = text[text.index("(") + 1:text.rindex(") ->")]
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(inner):
+        if c in "([":
+            depth += 1
+        elif c in ")]":
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append(inner[start:i].strip())
+            start = i + 1
+    return [*parts, inner[start:].strip()] if inner.strip() else parts
+
+
+def _vjp_of(fn: Callable, n_out: int, diff: list[int]) -> Callable:
+    """The JAX function (output gradients, forward arguments) -> gradients of the `diff` arguments;
+    integer arrays among them are held constant and get zeros."""
+    def vjp(*args, **kwargs):
+        grads, primals = args[:n_out], list(args[n_out:])
+        xs = [primals[i] for i in diff]
+        inexact = [jnp.issubdtype(x.dtype, jnp.inexact) for x in xs]
+
+        def forward(*floats):
+            it = iter(floats)
+            full = list(primals)
+            for i, x, ok in zip(diff, xs, inexact):
+                full[i] = next(it) if ok else x
+            return fn(*full, **kwargs)
+
+        out, pullback = jax.vjp(forward, *(x for x, ok in zip(xs, inexact) if ok))
+        leaves, tree = jax.tree_util.tree_flatten(out)
+        cotangents = jax.tree_util.tree_unflatten(tree, [g.astype(o.dtype) for g, o in zip(grads, leaves)])
+        got = iter(pullback(cotangents))
+        result = [next(got) if ok else jnp.zeros_like(x) for x, ok in zip(xs, inexact)]
+        return tuple(result) if len(result) > 1 else result[0]
+    return vjp
