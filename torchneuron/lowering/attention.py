@@ -92,12 +92,12 @@ def sdpa_overrideable_backward(grad_out, query, key, value, attn_bias, grad_inpu
     grad_q = grad_q.reshape(query.shape).astype(query.dtype)
     grad_bias = None  # the meta kernel makes one whenever there is a bias: zeros where not asked for
     if attn_bias is not None:
-        grad_bias = (_sum_to(ds.reshape(query.shape[:2] + ds.shape[-2:]), attn_bias.shape) if grad_input_mask[3]
+        grad_bias = (sum_to(ds.reshape(query.shape[:2] + ds.shape[-2:]), attn_bias.shape) if grad_input_mask[3]
                      else jnp.zeros(attn_bias.shape)).astype(attn_bias.dtype)
     return grad_q, grad_k.astype(key.dtype), grad_v.astype(value.dtype), grad_bias
 
 
-def _sum_to(x, shape):
+def sum_to(x, shape):
     """`x` summed over the axes broadcasting expanded from `shape`."""
     lead = x.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape) if n == 1 and x.shape[lead + i] != 1)

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import torch
 
 from ..runtime.dtypes import to_jax
+from . import attention
 
 aten = torch.ops.aten
 
@@ -383,3 +384,49 @@ def padding_of(op, args, kwargs) -> Padding | None:
     if rule is None:
         return None
     return rule(bind(op, args, kwargs))
+
+
+# ------------------------------------------------------------------ fused attention
+# Keys padded along their length (axis 2) get -inf scores: a padded key takes no weight, so every
+# true query row is exact; padded query rows only make padded outputs. Padded values, queries and
+# (in the backward) incoming gradients, outputs and logsumexps are zeroed first, so a padded row
+# holding inf or NaN meets only zero weights and zero gradients (0 * inf would leak NaN).
+def _key_padding_bias(key, valid, attn_bias):
+    keep = jnp.broadcast_to(valid, key.shape)[:, :1, :, 0]  # (B, 1, S): the true keys
+    bias = jnp.where(keep[:, :, None, :], 0.0, -jnp.inf)  # (B, 1, 1, S)
+    return bias if attn_bias is None else attn_bias.astype(jnp.float32) + bias
+
+
+@pads(aten._scaled_dot_product_fused_attention_overrideable.default)
+def _attention(call):
+    if call.get("dropout_p", 0.0) > 0.0:
+        return None
+
+    def masked(c, valid):
+        bias = _key_padding_bias(c["key"], valid, c.get("attn_bias"))
+        return attention.sdpa_overrideable(c["query"], c["key"], c["value"], bias, 0.0, c["is_causal"],
+                                           c["return_debug_mask"], scale=c.get("scale"))
+
+    return Padding(fills=(Fill("value", (2,), 0), Fill("key", (2,), 0)), masked=masked, counted="key",
+                   counted_axes=(2,))
+
+
+@pads(aten._scaled_dot_product_fused_attention_overrideable_backward.default)
+def _attention_backward(call):
+    if call.get("dropout_p", 0.0) > 0.0:
+        return None
+
+    def masked(c, valid):
+        bias = _key_padding_bias(c["key"], valid, c.get("attn_bias"))
+        grad_q, grad_k, grad_v, grad_bias = attention.sdpa_overrideable_backward(
+            c["grad_out"], c["query"], c["key"], c["value"], bias, c["grad_input_mask"], c["out"],
+            c["logsumexp"], c["cum_seq_q"], c["cum_seq_k"], c["max_q"], c["max_k"], 0.0, c["is_causal"],
+            c["philox_seed"], c["philox_offset"], scale=c.get("scale"))
+        if c.get("attn_bias") is None:
+            return grad_q, grad_k, grad_v, None
+        # the gradient of the caller's bias, not of the one padding widened (-inf there: no weight)
+        return grad_q, grad_k, grad_v, attention.sum_to(grad_bias, c["attn_bias"].shape).astype(c["attn_bias"].dtype)
+
+    fills = (Fill("grad_out", (2,), 0), Fill("query", (2,), 0), Fill("key", (2,), 0), Fill("value", (2,), 0),
+             Fill("out", (2,), 0), Fill("logsumexp", (2,), 0))
+    return Padding(fills=fills, masked=masked, counted="key", counted_axes=(2,))
