@@ -30,6 +30,7 @@ ALLOWED = {
     "distributed": {"runtime", "config"},
     "device_module": {"runtime", "config"},
     "custom_ops": {"eager", "runtime", "lowering", "config"},
+    "integrations": set(),  # other libraries' hooks: they reach the device through torch.neuron only
 }
 
 

@@ -56,6 +56,9 @@ def _register() -> None:
     from . import default_backend
 
     default_backend.install()  # torch.compile(model) of neuron tensors: the neuron backend
+    from .integrations import huggingface
+
+    huggingface.install()  # accelerate and transformers see neuron, once (if ever) they load
     if not config.AUTOGRAD_THREADS:
         # Backward on the calling thread (the setting is per thread: this is the importing one).
         torch.autograd.set_multithreading_enabled(False)

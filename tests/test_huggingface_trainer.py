@@ -1,0 +1,91 @@
+"""torchneuron.integrations.huggingface: accelerate and transformers' Trainer pick neuron with no
+setting, and a Trainer run on neuron (gradient accumulation, clipping) matches the same run on CPU."""
+import copy
+
+import pytest
+import torch
+
+import torchneuron
+
+transformers = pytest.importorskip("transformers")
+accelerate = pytest.importorskip("accelerate")
+
+VOCAB = 128
+
+
+@pytest.fixture(autouse=True)
+def fresh_accelerate_state():
+    """accelerate keeps its device in a process-wide singleton: each test chooses it afresh."""
+    accelerate.state.AcceleratorState._reset_state(reset_partial_state=True)
+    yield
+    accelerate.state.AcceleratorState._reset_state(reset_partial_state=True)
+
+
+def _model():
+    config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                      loss_type="ForCausalLM")
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(config)
+
+
+class _Tokens(torch.utils.data.Dataset):
+    def __init__(self):
+        generator = torch.Generator().manual_seed(1)
+        self.ids = torch.randint(0, VOCAB, (16, 8), generator=generator)
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.ids[i], "labels": self.ids[i]}
+
+
+def _train(model, output_dir, use_cpu, optim="adamw_torch_fused"):
+    args = transformers.TrainingArguments(
+        output_dir=output_dir, max_steps=3, per_device_train_batch_size=2, gradient_accumulation_steps=2,
+        max_grad_norm=0.5, learning_rate=1e-2, logging_steps=1, report_to=[], save_strategy="no",
+        use_cpu=use_cpu, optim=optim)
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=_Tokens())
+    trainer.train()
+    return trainer, [log for log in trainer.state.log_history if "loss" in log]
+
+
+def test_accelerator_picks_neuron():
+    assert accelerate.utils.is_neuron_available()
+    assert accelerate.Accelerator().device.type == "neuron"
+
+
+def test_accelerator_on_cpu_when_asked():
+    assert accelerate.Accelerator(cpu=True).device.type == "cpu"
+
+
+def test_training_arguments_pick_neuron():
+    args = transformers.TrainingArguments(output_dir="unused", report_to=[])
+    assert args.device == torch.device("neuron", 0)
+    assert args.n_gpu == 1  # one device per process: no DataParallel
+
+
+# The default optimizer is AdamW(fused=True): aten._fused_adamw_ has no lowering yet and runs on CPU.
+@pytest.mark.parametrize("optim,may_fall_back", [("adamw_torch_fused", {"aten._fused_adamw_.default"}),
+                                                 ("adamw_torch", set())])
+def test_trainer_on_neuron_matches_cpu(tmp_path, optim, may_fall_back):
+    model = _model()
+    cpu_trainer, cpu_logs = _train(copy.deepcopy(model), tmp_path / "cpu", use_cpu=True, optim=optim)
+    accelerate.state.AcceleratorState._reset_state(reset_partial_state=True)
+    before = torchneuron.fallback_stats()
+    trainer, logs = _train(model, tmp_path / "neuron", use_cpu=False, optim=optim)
+    fallbacks = {op for op, count in torchneuron.fallback_stats().items() if count != before.get(op)}
+    assert fallbacks <= may_fall_back
+
+    assert next(cpu_trainer.model.parameters()).device.type == "cpu"
+    assert trainer.model.device.type == "neuron"
+    assert all(p.device.type == "neuron" for p in trainer.model.parameters())
+    assert [log["step"] for log in logs] == [1, 2, 3]
+    # grad_norm is the norm before clipping: above max_grad_norm, so every step clipped
+    assert all(log["grad_norm"] > 0.5 for log in cpu_logs)
+    for key in ("loss", "grad_norm"):
+        torch.testing.assert_close([log[key] for log in logs], [log[key] for log in cpu_logs],
+                                   rtol=1e-4, atol=1e-5)
+    for p, p_cpu in zip(trainer.model.parameters(), cpu_trainer.model.parameters()):
+        torch.testing.assert_close(p.cpu(), p_cpu, rtol=1e-4, atol=1e-5)

@@ -1,0 +1,1 @@
+"""Integrations with other libraries, each installed at import and acting only once that library loads."""
