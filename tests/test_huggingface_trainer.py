@@ -1,6 +1,11 @@
 """torchneuron.integrations.huggingface: accelerate and transformers' Trainer pick neuron with no
 setting, and a Trainer run on neuron (gradient accumulation, clipping) matches the same run on CPU."""
 import copy
+import json
+import os
+import pathlib
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -41,13 +46,14 @@ class _Tokens(torch.utils.data.Dataset):
         return {"input_ids": self.ids[i], "labels": self.ids[i]}
 
 
-def _train(model, output_dir, use_cpu, optim="adamw_torch_fused"):
+def _train(model, output_dir, use_cpu, optim="adamw_torch_fused", max_steps=3, save_steps=None, resume=None,
+           callbacks=None):
     args = transformers.TrainingArguments(
-        output_dir=output_dir, max_steps=3, per_device_train_batch_size=2, gradient_accumulation_steps=2,
-        max_grad_norm=0.5, learning_rate=1e-2, logging_steps=1, report_to=[], save_strategy="no",
-        use_cpu=use_cpu, optim=optim)
-    trainer = transformers.Trainer(model=model, args=args, train_dataset=_Tokens())
-    trainer.train()
+        output_dir=output_dir, max_steps=max_steps, per_device_train_batch_size=2, gradient_accumulation_steps=2,
+        max_grad_norm=0.5, learning_rate=1e-2, logging_steps=1, report_to=[],
+        save_strategy="steps" if save_steps else "no", save_steps=save_steps, use_cpu=use_cpu, optim=optim)
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=_Tokens(), callbacks=callbacks)
+    trainer.train(resume_from_checkpoint=resume)
     return trainer, [log for log in trainer.state.log_history if "loss" in log]
 
 
@@ -89,3 +95,40 @@ def test_trainer_on_neuron_matches_cpu(tmp_path, optim, may_fall_back):
                                    rtol=1e-4, atol=1e-5)
     for p, p_cpu in zip(trainer.model.parameters(), cpu_trainer.model.parameters()):
         torch.testing.assert_close(p.cpu(), p_cpu, rtol=1e-4, atol=1e-5)
+
+
+# A fresh process per run, as a real resume is: it trains on neuron with nothing but `import torch`.
+_RUN = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import transformers
+import test_huggingface_trainer as t
+
+class CountSteps(transformers.TrainerCallback):
+    steps = 0
+    def on_step_end(self, args, state, control, **kwargs):
+        CountSteps.steps += 1
+
+trainer, logs = t._train(t._model(), sys.argv[2], use_cpu=False, max_steps=4, save_steps=2,
+                         resume=sys.argv[3] or None, callbacks=[CountSteps()])
+assert trainer.model.device.type == "neuron"
+print(json.dumps({"steps_run": CountSteps.steps, "losses": [log["loss"] for log in logs]}))
+"""
+
+
+def _run_in_subprocess(output_dir, resume=""):
+    tests = pathlib.Path(__file__).parent
+    env = {**os.environ, "PYTHONPATH": str(tests.parent)}
+    out = subprocess.run([sys.executable, "-c", _RUN, str(tests), str(output_dir), str(resume)], env=env,
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_resume_from_checkpoint_continues_the_same_loss_curve(tmp_path):
+    uninterrupted = _run_in_subprocess(tmp_path / "full")  # also saves checkpoint-2 and checkpoint-4
+    resumed = _run_in_subprocess(tmp_path / "resumed", resume=tmp_path / "full" / "checkpoint-2")
+    assert uninterrupted["steps_run"] == 4
+    assert resumed["steps_run"] == 2  # steps 3 and 4; the history of steps 1 and 2 comes from the checkpoint
+    assert len(uninterrupted["losses"]) == len(resumed["losses"]) == 4
+    torch.testing.assert_close(resumed["losses"], uninterrupted["losses"], rtol=1e-5, atol=1e-6)
