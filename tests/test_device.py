@@ -157,6 +157,7 @@ def test_device_module_api_table_is_complete():
         assert hasattr(torch.neuron, name), name
     assert torch.neuron.is_available()
     assert torch.neuron.get_amp_supported_dtype()
+    assert torch.neuron.is_bf16_supported()
 
 
 def test_module_to_neuron_keeps_tied_weights():

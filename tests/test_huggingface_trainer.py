@@ -46,12 +46,11 @@ class _Tokens(torch.utils.data.Dataset):
         return {"input_ids": self.ids[i], "labels": self.ids[i]}
 
 
-def _train(model, output_dir, use_cpu, optim="adamw_torch_fused", max_steps=3, save_steps=None, resume=None,
-           callbacks=None):
+def _train(model, output_dir, use_cpu, resume=None, callbacks=None, **options):
+    options = {"max_steps": 3, "optim": "adamw_torch_fused", "save_strategy": "no", **options}
     args = transformers.TrainingArguments(
-        output_dir=output_dir, max_steps=max_steps, per_device_train_batch_size=2, gradient_accumulation_steps=2,
-        max_grad_norm=0.5, learning_rate=1e-2, logging_steps=1, report_to=[],
-        save_strategy="steps" if save_steps else "no", save_steps=save_steps, use_cpu=use_cpu, optim=optim)
+        output_dir=output_dir, per_device_train_batch_size=2, gradient_accumulation_steps=2, max_grad_norm=0.5,
+        learning_rate=1e-2, logging_steps=1, report_to=[], use_cpu=use_cpu, **options)
     trainer = transformers.Trainer(model=model, args=args, train_dataset=_Tokens(), callbacks=callbacks)
     trainer.train(resume_from_checkpoint=resume)
     return trainer, [log for log in trainer.state.log_history if "loss" in log]
@@ -97,6 +96,19 @@ def test_trainer_on_neuron_matches_cpu(tmp_path, optim, may_fall_back):
         torch.testing.assert_close(p.cpu(), p_cpu, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.usefixtures("fresh_dynamo")
+@pytest.mark.parametrize("options,tol", [({"torch_compile": True}, 1e-4), ({"bf16": True}, 2e-2)])
+def test_trainer_options_on_neuron(tmp_path, options, tol):
+    model = _model()
+    _, cpu_logs = _train(copy.deepcopy(model), tmp_path / "cpu", use_cpu=True)
+    accelerate.state.AcceleratorState._reset_state(reset_partial_state=True)
+    trainer, logs = _train(model, tmp_path / "neuron", use_cpu=False, **options)
+    assert trainer.model.device.type == "neuron"
+    if "torch_compile" in options:
+        assert trainer.args.torch_compile_backend == "neuron"  # chosen by transformers itself
+    torch.testing.assert_close([log["loss"] for log in logs], [log["loss"] for log in cpu_logs], rtol=tol, atol=tol)
+
+
 # A fresh process per run, as a real resume is: it trains on neuron with nothing but `import torch`.
 _RUN = """
 import json, sys
@@ -109,7 +121,7 @@ class CountSteps(transformers.TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         CountSteps.steps += 1
 
-trainer, logs = t._train(t._model(), sys.argv[2], use_cpu=False, max_steps=4, save_steps=2,
+trainer, logs = t._train(t._model(), sys.argv[2], use_cpu=False, max_steps=4, save_strategy="steps", save_steps=2,
                          resume=sys.argv[3] or None, callbacks=[CountSteps()])
 assert trainer.model.device.type == "neuron"
 print(json.dumps({"steps_run": CountSteps.steps, "losses": [log["loss"] for log in logs]}))

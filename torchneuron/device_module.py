@@ -113,6 +113,12 @@ def get_amp_supported_dtype() -> list[torch.dtype]:
     return [torch.bfloat16, torch.float16]
 
 
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """bfloat16 is native on NeuronCores and lowered by XLA on every backend; transformers asks
+    before `TrainingArguments(bf16=True)`."""
+    return True
+
+
 # -------------------------------------------------------------- streams
 class Stream(torch.Stream):
     """A neuron stream. Work runs in issue order on each NeuronCore, so streams order work
@@ -191,7 +197,7 @@ API = {
     "manual_seed": "stable", "manual_seed_all": "stable", "seed": "stable", "seed_all": "stable",
     "initial_seed": "stable", "get_rng_state": "stable", "set_rng_state": "stable",
     "get_rng_state_all": "stable", "set_rng_state_all": "stable",
-    "get_amp_supported_dtype": "stable",
+    "get_amp_supported_dtype": "stable", "is_bf16_supported": "stable",
     "Stream": "stable", "Event": "stable", "current_stream": "stable",
     "stream": "stable",
     "memory_allocated": "stable", "max_memory_allocated": "stable", "memory_reserved": "stable",
