@@ -104,6 +104,7 @@ def test_streams_and_events():
     assert start.elapsed_time(end) >= 0
     assert end.query()
     s.wait_stream(torch.neuron.current_stream())
+    y.record_stream(s)  # what DDP does to the inputs it moves
     torch.accelerator.synchronize()
     torch.testing.assert_close(y.cpu(), torch.full((4,), 6.0))
 

@@ -108,6 +108,11 @@ def _equal(self, other):
     return bool(aten.all.default(aten.eq.Tensor(self, other)).item())
 
 
+def _record_stream(self, stream):
+    """Nothing to do: work on a NeuronCore runs in issue order whatever its stream, so a storage is
+    never reused before the work queued on it (DDP records the streams of the inputs it moves)."""
+
+
 def _as_scalar_list(target):
     def kernel(self, tensor1, tensor2, scalars):
         if scalars.device.type != "cpu" or scalars.dim() != 1:
@@ -124,6 +129,7 @@ def register_all() -> None:
     _lib.impl(aten._local_scalar_dense.default, copies.local_scalar_dense, "PrivateUse1")
     _lib.impl(aten.equal.default, _equal, "PrivateUse1")
     _lib.impl(aten.polygamma_.default, _polygamma_, "PrivateUse1")
+    _lib.impl(aten.record_stream.default, _record_stream, "PrivateUse1")
     for op, functional in OUT_FROM_FUNCTIONAL.items():
         _lib.impl(op, _out_from_functional(op, functional), "PrivateUse1")
     for op, target in HOST_SCALAR_LISTS.items():
