@@ -616,6 +616,12 @@ bool fused_attention_covers(const at::Tensor& q, const at::Tensor& k, const at::
   if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) return false;
   // dropout needs the same mask in the backward: the math path draws and keeps it
   if (dropout_p > 0.0) return false;
+  // the fused op has no forward derivative in PyTorch (nor on CPU or CUDA): dual inputs take the
+  // math path, so forward-mode AD through attention keeps working
+  for (const at::Tensor* t : {&q, &k, &v}) {
+    if (t->_fw_grad(/*level=*/0).defined()) return false;
+  }
+  if (mask.has_value() && mask->defined() && mask->_fw_grad(/*level=*/0).defined()) return false;
   const int64_t batch = q.sym_size(0).guard_int(__FILE__, __LINE__);
   const int64_t q_heads = q.sym_size(1).guard_int(__FILE__, __LINE__);
   const int64_t kv_heads = k.sym_size(1).guard_int(__FILE__, __LINE__);

@@ -195,3 +195,11 @@ def test_the_store_writes_whole_entries_and_prunes_the_oldest(tmp_path, monkeypa
     assert not list(tmp_path.glob(".partial-*"))  # every write renamed into place
     store.prune()  # 5000 bytes over a bound of 4000: down to 3000, oldest first
     assert sorted(p.name for p in tmp_path.iterdir()) == ["entry-2", "entry-3", "entry-4"]
+
+
+def test_one_function_serves_both_cores():
+    # the runtime's strided reader is one Function per layout: its executable for neuron:0 refuses a
+    # buffer on neuron:1 (a ValueError, not a TypeError) and it compiles one for that core too
+    expected = torch.arange(12.0)[1::3]
+    for core in (0, 1, 0):
+        torch.testing.assert_close(torch.arange(12.0).to(f"neuron:{core}")[1::3].cpu(), expected)

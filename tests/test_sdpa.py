@@ -161,3 +161,21 @@ def test_compiled_graph_uses_the_lowering(monkeypatch):
     assert compile_stats().get("eager_graphs", 0) == before
     for e, g in zip(expected, (out, q.grad, k.grad, v.grad)):
         torch.testing.assert_close(g.detach().cpu(), e)
+
+
+def test_forward_mode_ad_through_attention_takes_the_math_path():
+    # PyTorch has no forward derivative for the fused op (nor on CPU or CUDA): dual inputs go to math
+    import torch.autograd.forward_ad as fwAD
+
+    def run(device):
+        g = torch.Generator().manual_seed(3)
+        q, k, v, t = (torch.randn(1, 2, 5, 4, generator=g).to(device) for _ in range(4))
+        with fwAD.dual_level():
+            out = F.scaled_dot_product_attention(fwAD.make_dual(q, t), k, v, is_causal=True)
+            primal, tangent = fwAD.unpack_dual(out)
+            return primal.cpu(), tangent.cpu()
+
+    with sdpa_kernel(SDPBackend.MATH):
+        expected = run("cpu")
+    for got, want in zip(run("neuron"), expected):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)

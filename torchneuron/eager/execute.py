@@ -14,13 +14,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..lowering import asserts, calling
-from ..runtime import device_asserts, storages, transfer
+from ..runtime import device_asserts, executables, storages, transfer
 from ..runtime.dtypes import PYTHON_SCALAR_TYPES, to_jax
 from ..runtime.generators import next_seed_and_offset
 from ..runtime.layout import apply_math_bits, flatten, read, write
 from .describe import CallDescription, buffers_of, device_error
 
 _KEEP_RECENT = storages.KEEP_RECENT  # (read per op: a global, not an attribute)
+_NOT_COMPILED_FOR = executables.NOT_COMPILED_FOR
 _bind = storages.bind
 _lookup_scalar_type = PYTHON_SCALAR_TYPES.get
 
@@ -107,7 +108,7 @@ class PlanExecution:
         function.calls += 1
         try:
             outputs = function.compiled(*flat)
-        except TypeError:  # a signature not compiled yet (or evicted): raised before running
+        except _NOT_COMPILED_FOR:  # a signature not compiled yet (or evicted): raised before running
             outputs = function.call_new(flat)
         if _KEEP_RECENT:
             storages.keep_recent(outputs)
@@ -137,7 +138,7 @@ class PlanExecution:
         function.calls += 1
         try:
             outputs = function.compiled(*flat)
-        except TypeError:
+        except _NOT_COMPILED_FOR:
             outputs = function.call_new(flat)
         if _KEEP_RECENT:
             storages.keep_recent(outputs)

@@ -12,8 +12,8 @@ they are cleared, which only our `Function`s outlive: they hold their compiled e
 themselves and are called directly, never through `jax.jit`'s own cache.
 
 The per-call path is one attribute bump and the compiled executable's own C++ call: a call with a
-signature it was not compiled for raises TypeError before running anything, and only then does
-the function look up (or compile) the executable for the new signature.
+signature it was not compiled for raises TypeError (another device: ValueError) before running
+anything, and only then does the function look up (or compile) the executable for the new signature.
 """
 from __future__ import annotations
 
@@ -45,13 +45,18 @@ _QUICK_BYTES = 1 << 20
 _QUICK_PLATFORM = config.PLATFORM == "cpu"  # (measured there; accelerators' compilers differ)
 
 
+# What an executable raises, before running anything, for arguments it was not compiled for: another
+# signature (TypeError) or another device (ValueError: "compiled for input shardings that disagree").
+NOT_COMPILED_FOR = (TypeError, ValueError)
+
+
 def _not_compiled(*args):
     raise TypeError("not compiled for these arguments")
 
 
 class Function:
     """`fn` compiled once per argument signature; call it as `fn` (or, on hot paths, try
-    `self.compiled(*args)` and call `self.call_new(args)` on TypeError, counting `self.calls`)."""
+    `self.compiled(*args)` and call `self.call_new(args)` on NOT_COMPILED_FOR, counting `self.calls`)."""
 
     __slots__ = (
         "__weakref__",
@@ -84,7 +89,7 @@ class Function:
         self.calls += 1
         try:
             return self.compiled(*args)
-        except TypeError:
+        except NOT_COMPILED_FOR:
             return self.call_new(args)
 
     def call_new(self, args):
