@@ -159,3 +159,31 @@ def test_ops_not_shown_safe_keep_exact_shapes(name):
         x = torch.randn(4, n)
         torch.testing.assert_close(compiled(x.to("neuron")).cpu(), fn(x))
     assert _compiles() - before == 3  # one executable per length
+
+
+def test_a_new_length_in_a_known_bucket_compiles_only_its_small_adapters():
+    # The graphs run at the bucket size; what a new true length needs is padding its inputs and
+    # slicing its outputs: one small executable each per graph (not a compile per tensor).
+    import jax
+
+    compiles = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda event, duration, **kw: compiles.append(event) if event == "/jax/core/compile/backend_compile_duration"
+        else None)
+    torch.manual_seed(0)
+    model = GPT(context=64).to("neuron")
+
+    def step(idx, targets):
+        loss = model(idx, targets)
+        loss.backward()
+        return loss
+
+    compiled = torch.compile(step, backend="neuron", dynamic=True)
+    per_length = []
+    for n in (9, 10, 11, 12):  # one bucket (16)
+        before = len(compiles)
+        idx = torch.randint(0, 64, (4, n)).to("neuron")
+        compiled(idx, torch.roll(idx, -1, 1)).item()
+        per_length.append(len(compiles) - before)
+    # forward and backward: a pad and an unpad executable each; eager randint/roll of the new shape
+    assert max(per_length[2:]) <= 8, per_length

@@ -84,6 +84,7 @@ class CompiledGraph:
         # One Function per static value (the statics, or the call spec): compiled per signature,
         # the executables in the runtime's bounded cache.
         self._functions: dict = {}
+        self._unpadded_shapes: dict = {}  # true sizes -> {output index: its unpadded shape}
         self._spec_ids: dict = {}  # (input entries, device) -> spec id (the executable's static argument)
         self._specs: list[_CallSpec] = []
         _stats["graphs"] += 1
@@ -205,12 +206,16 @@ class CompiledGraph:
         if self.bucketing is None:
             return self._call_direct(inputs)
         device = self._device(inputs)
-        arrays = [_to_array(x, device) for x in inputs]
+        # a contiguous input's buffer as it is (shaped inside the pad executable: shaping it out
+        # here would be one small compile per input per new length)
+        arrays = [_flat_or_array(x, device) for x in inputs]
         true = None
         if self.bucketing is not None:
             true, sizes = self.bucketing.sizes(inputs)
-            arrays = [self.bucketing.pad(a, shape, true, sizes) if hasattr(a, "shape") else a
-                      for a, shape in zip(arrays, self.input_shapes)]
+            true_shapes = [tuple(x.shape) if isinstance(x, torch.Tensor) else None for x in inputs]
+            arrays = self._adapt("pad", arrays, self.input_shapes, true,
+                                 lambda a, shape, i: self.bucketing.pad(a.reshape(true_shapes[i]), shape, true, sizes),
+                                 extra=tuple(true_shapes))
             for symbol, index in self.bucketing.symbols.items():
                 arrays[index] = sizes[symbol]  # the graph's shapes are the bucket's
             for index, expr in self.bucketing.derived.items():
@@ -239,8 +244,17 @@ class CompiledGraph:
             else:
                 transfer.assign(target, new)
         if true is not None:
-            outputs = [self.bucketing.unpad(o, shape, true, sizes) if hasattr(o, "shape") else o
-                       for o, shape in zip(outputs, self.output_shapes)]
+            out_shapes: dict = {}
+
+            def unpad(o, shape, i):
+                o = self.bucketing.unpad(o, shape, true, sizes)
+                out_shapes[i] = o.shape  # (known from the first call's trace: one per key)
+                return o.reshape(-1)  # flat: bound to the output's storage as it is
+
+            key = ("unpad", tuple(true.items()))
+            outputs = self._adapt("unpad", list(outputs), self.output_shapes, true, unpad)
+            out_shapes = self._unpadded_shapes.setdefault(key, out_shapes) or out_shapes
+            outputs = [_Flat(o, out_shapes[i]) if i in out_shapes else o for i, o in enumerate(outputs)]
             for index, expr in self.bucketing.size_outputs.items():
                 outputs[index] = int(expr.subs(true))
         return [_from_array(o, device, i in self.host_outputs) for i, o in enumerate(outputs)]
@@ -347,6 +361,21 @@ class CompiledGraph:
             results.append(storages.new_tensor(prototype, shape, stride, buf))
         return results
 
+    def _adapt(self, kind: str, values: list, shapes, true: dict, adapt, extra=()) -> list:
+        """`values` with `adapt(array, symbolic shape, index)` applied to each array, as one
+        executable per true sizes (run eagerly, JAX compiled each pad, slice and reshape on its
+        own: ~40 small compiles per new length of a training step)."""
+        where = tuple(i for i, v in enumerate(values) if hasattr(v, "shape"))
+        key = (kind, where, tuple(true.items()), extra)
+        function = self._functions.get(key)
+        if function is None:
+            def adapt_all(arrays):
+                return [adapt(a, shapes[i], i) for i, a in zip(where, arrays)]
+            function = self._functions[key] = executables.Function(adapt_all, "compile", f"{self.name}:{kind}")
+        for i, value in zip(where, function([values[i] for i in where])):
+            values[i] = value
+        return values
+
     def _function_of_statics(self, statics) -> executables.Function:
         function = self._functions.get(("graph", statics))
         if function is None:
@@ -447,11 +476,32 @@ def _to_array(x, device):
     return x
 
 
+class _Flat:
+    """An output's values flat, with its shape (the unpad executable flattens them)."""
+
+    __slots__ = ("flat", "shape")
+
+    def __init__(self, flat, shape):
+        self.flat, self.shape = flat, tuple(shape)
+
+
+def _flat_or_array(x, device):
+    """A neuron tensor that is its whole storage, contiguous, as its flat buffer; else its values."""
+    if isinstance(x, torch.Tensor) and x.device.type == "neuron" and x.is_contiguous() and not x.storage_offset():
+        buf = storages.lookup(x.untyped_storage().data_ptr())
+        if buf is not None and buf.dtype == to_jax(x.dtype) and buf.shape[0] == x.numel() and x.numel():
+            return buf
+    return _to_array(x, device)
+
+
 def _from_array(value, device, host):
+    if isinstance(value, _Flat):
+        if host:
+            return transfer.host_tensor(np.asarray(value.flat).reshape(value.shape), to_torch(value.flat.dtype))
+        return transfer.wrap(transfer.put(value.flat, device.index), value.shape, to_torch(value.flat.dtype), device)
     if not hasattr(value, "shape"):
         return value
     if host:
-        from ..runtime.dtypes import to_torch
         return transfer.host_tensor(np.asarray(value), to_torch(value.dtype))
     return transfer.new_from_value(value, device)
 
