@@ -84,7 +84,7 @@ class CompiledGraph:
         # One Function per static value (the statics, or the call spec): compiled per signature,
         # the executables in the runtime's bounded cache.
         self._functions: dict = {}
-        self._unpadded_shapes: dict = {}  # true sizes -> {output index: its unpadded shape}
+        self._adapted_shapes: dict = {}  # adapter key -> {index: shape of its flattened result}
         self._spec_ids: dict = {}  # (input entries, device) -> spec id (the executable's static argument)
         self._specs: list[_CallSpec] = []
         _stats["graphs"] += 1
@@ -244,17 +244,8 @@ class CompiledGraph:
             else:
                 transfer.assign(target, new)
         if true is not None:
-            out_shapes: dict = {}
-
-            def unpad(o, shape, i):
-                o = self.bucketing.unpad(o, shape, true, sizes)
-                out_shapes[i] = o.shape  # (known from the first call's trace: one per key)
-                return o.reshape(-1)  # flat: bound to the output's storage as it is
-
-            key = ("unpad", tuple(true.items()))
-            outputs = self._adapt("unpad", list(outputs), self.output_shapes, true, unpad)
-            out_shapes = self._unpadded_shapes.setdefault(key, out_shapes) or out_shapes
-            outputs = [_Flat(o, out_shapes[i]) if i in out_shapes else o for i, o in enumerate(outputs)]
+            outputs = self._adapt("unpad", list(outputs), self.output_shapes, true,
+                                  lambda o, shape, i: self.bucketing.unpad(o, shape, true, sizes), flatten=True)
             for index, expr in self.bucketing.size_outputs.items():
                 outputs[index] = int(expr.subs(true))
         return [_from_array(o, device, i in self.host_outputs) for i, o in enumerate(outputs)]
@@ -361,19 +352,27 @@ class CompiledGraph:
             results.append(storages.new_tensor(prototype, shape, stride, buf))
         return results
 
-    def _adapt(self, kind: str, values: list, shapes, true: dict, adapt, extra=()) -> list:
+    def _adapt(self, kind: str, values: list, shapes, true: dict, adapt, extra=(), flatten=False) -> list:
         """`values` with `adapt(array, symbolic shape, index)` applied to each array, as one
         executable per true sizes (run eagerly, JAX compiled each pad, slice and reshape on its
-        own: ~40 small compiles per new length of a training step)."""
+        own: ~40 small compiles per new length of a training step). With `flatten`, each result
+        comes back flat, as a `_Flat` (its storage's buffer as it is)."""
         where = tuple(i for i, v in enumerate(values) if hasattr(v, "shape"))
         key = (kind, where, tuple(true.items()), extra)
         function = self._functions.get(key)
         if function is None:
+            result_shapes = self._adapted_shapes[key] = {}  # filled while tracing
+
             def adapt_all(arrays):
-                return [adapt(a, shapes[i], i) for i, a in zip(where, arrays)]
+                results = [adapt(a, shapes[i], i) for i, a in zip(where, arrays)]
+                if not flatten:
+                    return results
+                result_shapes.update({i: r.shape for i, r in zip(where, results)})
+                return [r.reshape(-1) for r in results]
             function = self._functions[key] = executables.Function(adapt_all, "compile", f"{self.name}:{kind}")
+        result_shapes = self._adapted_shapes[key]
         for i, value in zip(where, function([values[i] for i in where])):
-            values[i] = value
+            values[i] = _Flat(value, result_shapes[i]) if flatten else value
         return values
 
     def _function_of_statics(self, statics) -> executables.Function:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import threading
-import warnings
 
 import torch
 
@@ -34,7 +33,6 @@ from .describe import (
 from .plan import Plan
 from .schema import OpSchema, parse
 
-warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
 _lock = threading.RLock()
 _lookup = storages.lookup
 _LOG_RECOMPILES = "recompiles" in config.LOG

@@ -134,7 +134,7 @@ def enable(path: str | None) -> None:
 # a small eager op, most of a warm start). A Function that can name everything its program depends
 # on (an eager plan: its op, plan key and decisions) is also stored under that name, and loaded
 # without tracing. The name includes a hash of torchneuron's own code, so an edited lowering
-# never loads a stale program; the entries share JAX's store (its disk bound and file lock).
+# never loads a stale program; the entries share the one store (DirectoryStore) and its bound.
 
 _STORED_PREFIX = "torchneuron-"
 _code_hash: list[str] = []
@@ -218,7 +218,7 @@ def compile(jitted, args, options=None):
         warnings.simplefilter("always")
         compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
     for w in caught:
-        if "persistent compilation cache" in str(w.message):
+        if "Error writing persistent compilation cache" in str(w.message):
             with _lock:
                 if _directory is not None:  # warn once: the cache goes off
                     _warn_off(_directory, str(w.message))
@@ -229,7 +229,8 @@ def compile(jitted, args, options=None):
 
 
 # JAX warns for every entry it fails to read or write (compiles outside our Functions included);
-# `compile` above sees them (its own filter) and turns the cache off with one warning.
+# `compile` above sees them (its own filter): a failed write turns the cache off with one warning, a
+# failed read (a foreign or damaged entry) just compiles.
 warnings.filterwarnings("ignore", message="Error (writing|reading) persistent compilation cache entry")
 jax.monitoring.register_event_listener(_count)
 enable(config.CACHE_DIR)

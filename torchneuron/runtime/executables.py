@@ -98,8 +98,6 @@ class Function:
         compiled = self.signatures.get(signature)
         if compiled is None:
             compiled = CACHE.compile(self, signature, args)
-        else:
-            CACHE.stats["hits"] += 1
         self.compiled = compiled
         return compiled(*args)
 
@@ -135,7 +133,7 @@ class ExecutableCache:
         self.limit = limit
         self.entries: collections.OrderedDict = collections.OrderedDict()  # (function, signature) -> bytes
         self.bytes = 0
-        self.stats = collections.Counter()  # misses, hits, evictions, compiles, disk_hits, ...
+        self.stats = collections.Counter()  # misses, evictions, compiles, disk_hits, ...
         self.by_kind = collections.Counter()  # kind -> entries
         self.evicted_calls = 0  # hot-path calls of functions since evicted entirely
         self._evicted_since_clear = 0
@@ -207,8 +205,9 @@ class ExecutableCache:
         self.by_kind[function.kind] -= 1
         self.stats["evictions"] += 1
         self._evicted_since_clear += 1
-        if not function.signatures:
+        if not function.signatures:  # its calls so far counted here (it may compile again)
             self.evicted_calls += function.calls
+            function.calls = function.seen = 0
             if function.on_empty is not None:
                 function.on_empty()
 
@@ -223,7 +222,7 @@ class ExecutableCache:
             stats = self.stats
             return {
                 "entries": len(self.entries), "bytes": self.bytes, "limit": self.limit,
-                "hits": stats["hits"] + max(calls - stats["misses"] - stats["hits"], 0),
+                "hits": calls - stats["misses"],  # every call either compiled (a miss) or found one
                 "misses": stats["misses"], "evictions": stats["evictions"],
                 "compiles": stats["compiles"], "disk_hits": stats["disk_hits"],
                 "untraced_loads": stats["untraced_loads"],
