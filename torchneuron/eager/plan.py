@@ -253,7 +253,9 @@ class Plan(PlanExecution):
             else:  # _functional variant: fresh returns first, then the written args' new values
                 n_fresh = len([a for a in schema.return_aliases if a is None])
                 for k, i in enumerate(schema.written):
-                    writes += [(ti, (n_fresh + k,)) for ti in self._arg_slots[i]]
+                    listy = schema.kinds[i] is Kind.TENSORS  # a list's new values: one return, a list
+                    writes += [(ti, (n_fresh + k, j) if listy else (n_fresh + k,))
+                               for j, ti in enumerate(self._arg_slots[i])]
         return writes
 
     def _fresh(self):

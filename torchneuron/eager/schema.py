@@ -11,6 +11,7 @@ import functools
 
 import torch
 
+from ..lowering import LOWERINGS
 from ..lowering.calling import Kind, kind_of
 
 aten = torch.ops.aten
@@ -43,9 +44,11 @@ def parse(op: torch._ops.OpOverload) -> OpSchema:
     s = op._schema
     args = s.arguments
     names = [a.name for a in args]
-    kinds = [kind_of(a) for a in args]
     written = [i for i, a in enumerate(args) if a.alias_info is not None and a.alias_info.is_write]
     out_args = [i for i in written if args[i].is_out]
+    functional = functional_variant(op, written, out_args)
+    lowering = LOWERINGS.get(functional) if functional is not None else None
+    kinds = [kind_of(a, lowering.traced if lowering is not None else ()) for a in args]
     aliases = []
     view = False
     for r in s.returns:
@@ -57,7 +60,7 @@ def parse(op: torch._ops.OpOverload) -> OpSchema:
         aliases.append(match[0] if match else None)
         view = view or not r.alias_info.is_write
     return OpSchema(op, names, kinds, dict(zip(names, kinds)), written, out_args, aliases,
-                    functional_variant(op, written, out_args), view, _sees_math_bits(op),
+                    functional, view, _sees_math_bits(op),
                     next((i for i, k in enumerate(kinds) if k is not Kind.TENSOR), len(kinds)))
 
 
@@ -86,6 +89,9 @@ EXPLICIT_FUNCTIONAL = {
     "__ilshift__.Tensor": "__lshift__.Tensor",
     "__irshift__.Scalar": "__rshift__.Scalar",
     "__irshift__.Tensor": "__rshift__.Tensor",
+    # fused optimizers write several tensor lists; their functionals return each list's new values
+    **{f"_fused_{name}_.{overload}": f"_fused_{name}.{overload}"
+       for name in ("adam", "adamw", "sgd") for overload in ("default", "tensor_lr")},
 }
 
 

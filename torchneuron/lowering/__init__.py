@@ -62,6 +62,9 @@ class Lowering:
     # A user's function (torchneuron.jax_op): torchneuron's code hash does not cover it, so its eager
     # programs are not kept in the persistent cache.
     user_code: bool = False
+    # `float` arguments traced like Scalars rather than compiled per value: a learning rate that a
+    # schedule changes every step must not compile the optimizer's program every step.
+    traced: tuple[str, ...] = ()
 
 
 LOWERINGS: dict[torch._ops.OpOverload, Lowering] = {}
@@ -127,7 +130,7 @@ def opmath(x):
 
 FAMILIES = ("elementwise", "reductions", "shape", "indexing", "linalg", "nn", "factories", "random", "foreach",
             "views", "histograms", "sampling", "pooling", "activations", "fft", "polynomials", "special",
-            "embedding_bag", "ctc", "amp", "fake_quant", "attention")
+            "embedding_bag", "ctc", "amp", "fake_quant", "attention", "optimizers")
 
 
 def load_all() -> dict:

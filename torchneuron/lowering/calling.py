@@ -25,8 +25,11 @@ class Kind(enum.Enum):
     STATIC = 5  # everything else: part of the compile key
 
 
-def kind_of(arg: torch._C.Argument) -> Kind:
+def kind_of(arg: torch._C.Argument, traced: tuple[str, ...] = ()) -> Kind:
+    """How a driver passes `arg`; `traced` names `float` arguments passed as Scalars (Lowering.traced)."""
     t = str(arg.type)
+    if arg.name in traced and t in ("float", "Optional[float]"):
+        return Kind.SCALAR
     if t in ("Tensor", "Optional[Tensor]"):
         return Kind.TENSOR
     if t in ("List[Tensor]", "List[Optional[Tensor]]"):
@@ -82,7 +85,7 @@ def static_flags(op, lowering: Lowering, args, kwargs, meta_result) -> dict:
 def invoke(op, lowering: Lowering, args, kwargs, compute=None, key=None, layout_flags=None) -> tuple:
     """Call `lowering` for functional overload `op`; returns a tuple with one entry per return."""
     schema_args = op._schema.arguments
-    kinds = {a.name: kind_of(a) for a in schema_args}
+    kinds = {a.name: kind_of(a, lowering.traced) for a in schema_args}
     names = [a.name for a in schema_args]
     promote = set(lowering.promote_args) if compute is not None else set()
 
