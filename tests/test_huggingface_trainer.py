@@ -142,3 +142,56 @@ def test_resume_from_checkpoint_continues_the_same_loss_curve(tmp_path):
     assert resumed["steps_run"] == 2  # steps 3 and 4; the history of steps 1 and 2 comes from the checkpoint
     assert len(uninterrupted["losses"]) == len(resumed["losses"]) == 4
     torch.testing.assert_close(resumed["losses"], uninterrupted["losses"], rtol=1e-5, atol=1e-6)
+
+
+# torchrun: accelerate chooses MULTI_NEURON and the c10d backend "neuron" by itself, each rank trains on
+# its own core (neuron:LOCAL_RANK), and the run equals the same torchrun on CPU (gloo).
+_TORCHRUN = """
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+import torch, transformers
+import test_huggingface_trainer as t
+
+use_cpu = sys.argv[3] == "cpu"
+trainer, logs = t._train(t._model(), sys.argv[2], use_cpu=use_cpu, max_steps=2)
+rank = int(os.environ["LOCAL_RANK"])
+device = next(trainer.model.parameters()).device
+state = trainer.accelerator.state
+result = {"device": str(device), "distributed": str(state.distributed_type), "backend": state.backend,
+          "losses": [log["loss"] for log in logs],
+          "params": [p.detach().cpu().double().sum().item() for p in trainer.model.parameters()]}
+with open(os.path.join(sys.argv[2], f"result-{rank}.json"), "w") as f:
+    json.dump(result, f)
+"""
+
+
+def _torchrun(output_dir, device):
+    tests = pathlib.Path(__file__).parent
+    env = {**os.environ, "PYTHONPATH": str(tests.parent), "OMP_NUM_THREADS": "1", "TORCHNEURON_CORES": "2"}
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--master-port",
+                          str(_free_port()), "--no-python", sys.executable, "-c", _TORCHRUN,
+                          str(tests), str(output_dir), device], env=env, capture_output=True, text=True,
+                         timeout=400, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return {rank: json.loads((output_dir / f"result-{rank}.json").read_text()) for rank in (0, 1)}
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.skipif(os.environ.get("TORCHNEURON_SLOW_TESTS") != "1", reason="slow: TORCHNEURON_SLOW_TESTS=1")
+def test_trainer_under_torchrun_matches_cpu(tmp_path):
+    cpu = _torchrun(tmp_path / "cpu", "cpu")
+    neuron = _torchrun(tmp_path / "neuron", "neuron")
+    for rank, result in neuron.items():
+        assert result["device"] == f"neuron:{rank}"  # each rank on its own core
+        assert result["distributed"] == "DistributedType.MULTI_NEURON" and result["backend"] == "neuron"
+        assert len(result["losses"]) == 2
+        torch.testing.assert_close(result["losses"], cpu[rank]["losses"], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(result["params"], cpu[rank]["params"], rtol=1e-4, atol=1e-4)
+    assert cpu[0]["distributed"] == "DistributedType.MULTI_CPU"
+    assert neuron[0]["params"] == neuron[1]["params"]  # DDP kept the replicas equal

@@ -52,7 +52,9 @@ def _register() -> None:
     kernels.register_all()
     amp.install()
     __import__("torchneuron.profiler").profiler.install()
-    __import__("torchneuron.distributed").distributed.register()
+    distributed = __import__("torchneuron.distributed").distributed
+    distributed.register()
+    distributed.start_on_local_rank()  # under torchrun: neuron:LOCAL_RANK is the current device
     from . import default_backend
 
     default_backend.install()  # torch.compile(model) of neuron tensors: the neuron backend

@@ -13,8 +13,9 @@ DDP's metadata checks and CPU barriers work on it as well.
 
 Processes: one per NeuronCore, started with torchrun or torch.multiprocessing's spawn, never
 fork (JAX, and so the device, must not be initialised in a parent whose children use it). Each
-process sees every core and uses `neuron:LOCAL_RANK` (`torch.neuron.set_device`); on the CPU
-platform set TORCHNEURON_CORES >= nproc-per-node (default 2).
+process sees every core and uses `neuron:LOCAL_RANK`, its current device from the start (so
+`torch.device("neuron")` is the rank's own core, as on torch_neuronx); on the CPU platform set
+TORCHNEURON_CORES >= nproc-per-node (default 2).
 
 Transport and its cost: the process group (`process_group.NeuronProcessGroup`) stages tensors
 through host memory and moves them with gloo over TCP (`transport.GlooTransport`, on the same
@@ -38,7 +39,7 @@ import torch.distributed as dist
 from .process_group import NeuronProcessGroup
 from .transport import GlooTransport
 
-__all__ = ["GlooTransport", "NeuronProcessGroup", "init", "register"]
+__all__ = ["GlooTransport", "NeuronProcessGroup", "init", "register", "start_on_local_rank"]
 
 
 def _create(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta) -> NeuronProcessGroup:
@@ -49,6 +50,19 @@ def register() -> None:
     """Register the c10d backend "neuron", the default for neuron tensors; it also serves CPU."""
     if "neuron" not in dist.Backend.backend_list:
         dist.Backend.register_backend("neuron", _create, devices=["neuron", "cpu"])
+
+
+def start_on_local_rank() -> None:
+    """Under a launcher (torchrun's LOCAL_RANK), make neuron:LOCAL_RANK the process's current device.
+
+    Each process sees every core, so without this every rank's `torch.device("neuron")` and
+    `torch.neuron.current_device()` would be core 0. Libraries written for torch_neuronx, which
+    shows each rank only its own core, rely on the current device being the rank's (accelerate
+    places the model on `torch.neuron.current_device()`). A LOCAL_RANK beyond the cores is left
+    to `init()` (or the user) to report."""
+    local_rank = os.environ.get("LOCAL_RANK", "")
+    if local_rank.isdigit() and 0 < int(local_rank) < torch.neuron.device_count():
+        torch.neuron.set_device(int(local_rank))
 
 
 def init(timeout: datetime.timedelta | None = None) -> torch.device:
