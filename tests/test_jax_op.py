@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 import torch
+from torch.autograd import forward_ad
 
 import torchneuron
 from torchneuron.compile.backend import compile_stats
@@ -57,6 +58,42 @@ def test_gradcheck_on_cpu_in_float64(op):
     x = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
     w = torch.randn(5, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda a, b: op(a, b, 1e-6), (x, w))
+
+
+def _reference_rms_norm(x, w, eps=1e-5):
+    return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps) * w
+
+
+@pytest.mark.parametrize("device", ["cpu", "neuron"])
+@pytest.mark.parametrize("op", [rms_norm, pallas.rms_norm], ids=["jax", "pallas"])
+def test_forward_mode_ad_matches_the_composed_ops(op, device):
+    """Forward-mode AD through jax.jvp: dual tensors, torch.func.jvp, and a dual that also requires grad."""
+    x, w = torch.randn(4, 8, dtype=torch.float64), torch.randn(8, dtype=torch.float64)
+    tx, tw = torch.randn_like(x), torch.randn_like(w)
+    _, want = torch.func.jvp(_reference_rms_norm, (x, w), (tx, tw))
+    _, want_x = torch.func.jvp(lambda a: _reference_rms_norm(a, w), (x,), (tx,))
+    on = [t.to(device) for t in (x, w, tx, tw)]
+    with forward_ad.dual_level():
+        out = op(forward_ad.make_dual(on[0], on[2]), forward_ad.make_dual(on[1], on[3]), 1e-5)
+        torch.testing.assert_close(forward_ad.unpack_dual(out).tangent.cpu(), want)
+    _, got = torch.func.jvp(lambda a, b: op(a, b, 1e-5), (on[0], on[1]), (on[2], on[3]))
+    torch.testing.assert_close(got.cpu(), want)
+    leaf = on[0].detach().requires_grad_()
+    with forward_ad.dual_level():
+        out = op(forward_ad.make_dual(leaf, on[2]), on[1], 1e-5)
+        torch.testing.assert_close(forward_ad.unpack_dual(out).tangent.cpu(), want_x)
+        forward_ad.unpack_dual(out).primal.sum().backward()
+    expected = torch.func.grad(lambda a: _reference_rms_norm(a, w).sum())(x)
+    torch.testing.assert_close(leaf.grad.cpu(), expected)
+    torch.testing.assert_close(torch.func.grad(lambda a: op(a, on[1], 1e-5).sum())(on[0]).cpu(), expected)
+
+
+def test_forward_mode_ad_of_several_results():
+    x, y, tx = torch.randn(5), torch.randn(5), torch.randn(5)
+    with forward_ad.dual_level():
+        total, product = sum_and_product(forward_ad.make_dual(x.to("neuron"), tx.to("neuron")), y.to("neuron"))
+        torch.testing.assert_close(forward_ad.unpack_dual(total).tangent.cpu(), tx)
+        torch.testing.assert_close(forward_ad.unpack_dual(product).tangent.cpu(), tx * y)
 
 
 def test_defaults_keyword_arguments_and_bfloat16():

@@ -12,6 +12,8 @@ defines `torch.ops.mylib.rms_norm` (and returns its `CustomOpDef`, as `torch.lib
 - its CPU kernel: the JAX function on JAX's CPU device (tests compare against it);
 - its backward: `jax.vjp` of the function, as a second op `<name>_vjp` (so it too runs on neuron
   and in graphs), until `register_autograd` replaces it.
+- its forward-mode AD: `jax.jvp` of the function, as a third op `<name>_jvp`, through an autograd
+  kernel of ours (torch.library's has no forward-mode formula): dual tensors and torch.func.jvp.
 
 JAX functions do not mutate their arguments: `mutates_args` must be empty (return the new value).
 """
@@ -69,17 +71,114 @@ def _define(name: str, fn: Callable, schema: str):
         if str(ret.type) != "Tensor":
             raise ValueError(f"jax_op {name}: returns must be Tensors, the schema declares {ret.type}")
     n_returns = len(returns)
-    op_def = torch.library.custom_op(name, mutates_args=(), device_types="cpu", schema=schema)(
-        _cpu_kernel(name, fn, n_returns))
+    namespace, opname = name.split("::")
+    cpu_kernel = _cpu_kernel(name, fn, n_returns)
+    op_def = _JaxOpDef(namespace, opname, schema, cpu_kernel)
     op = op_def._opoverload
+    written = [a.name for a in op._schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+    if written:
+        raise ValueError(f"jax_op {name}: the schema declares {written} mutated; JAX functions cannot mutate "
+                         f"their arguments (return the new value and assign it instead)")
+    op_def.register_kernel("cpu")(cpu_kernel)
     op_def.register_fake(_fake_kernel(name, fn, n_returns))
     lowers(op, user_code=True)(_checked(name, fn, n_returns))
-    namespace, opname = name.split("::")
     library = _LIBRARIES.get(namespace)
     if library is None:
         library = _LIBRARIES[namespace] = torch.library.Library(namespace, "IMPL")
     library.impl(opname, kernels.make_kernel(op), "PrivateUse1")
     return op_def
+
+
+class _JaxOpDef(torch._library.custom_ops.CustomOpDef):
+    """A `CustomOpDef` whose autograd kernel also has a forward-mode formula (`jax.jvp` of the
+    function, the op `<name>_jvp`): torch.library's own autograd kernel has backward only."""
+
+    _jvp_op = None  # set by _register_default_backward
+
+    def _register_autograd_dispatcher_impl(self) -> None:
+        self._lib.impl(self._name, _autograd_kernel(self), "Autograd", with_keyset=True)
+
+
+def _autograd_kernel(op_def: _JaxOpDef) -> Callable:
+    """What torch.library's autograd kernel does (the op through an autograd.Function calling the
+    registered setup_context and backward), with the Function's `jvp` added, so dual tensors
+    (torch.autograd.forward_ad, torch.func.jvp) get tangents."""
+    op = op_def._opoverload
+    schema = op._schema
+    keyword_only = torch._library.utils.has_kwarg_only_args(schema)
+    tensor_positions = [i for i, a in enumerate(a for a in schema.arguments if not a.kwarg_only)
+                        if str(a.type) == "Tensor"]
+
+    class Function(torch.autograd.Function):
+        @staticmethod
+        def forward(keyset, keywords, *args):
+            with torch._C._AutoDispatchBelowAutograd():
+                return op.redispatch(keyset & torch._C._after_autograd_keyset, *args, **keywords)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            _, keywords, *args = inputs
+            ctx.jvp_call = ([None if i in tensor_positions else x for i, x in enumerate(args)], keywords)
+            ctx.save_for_forward(*(args[i] for i in tensor_positions))
+            if op_def._setup_context_fn is not None:
+                args, keywords = torch._library.utils.fill_defaults(schema, args, keywords)
+                extra = {"keyword_only_inputs": keywords} if keyword_only else {}
+                op_def._setup_context_fn(ctx=ctx, inputs=args, output=output, **extra)
+
+        @staticmethod
+        def backward(ctx, *grads):
+            if op_def._backward_fn is None:
+                raise RuntimeError(f"Trying to backward through {op} but no autograd formula was registered; "
+                                   f"use register_autograd to add one")
+            needs = ctx.needs_input_grad
+            ctx.needs_input_grad = needs[2:]
+            try:
+                result = op_def._backward_fn(ctx, *grads)
+            finally:
+                ctx.needs_input_grad = needs
+            return (None, None, *(result if isinstance(result, tuple) else (result,)))
+
+        @staticmethod
+        def jvp(ctx, _keyset, _keywords, *tangents):
+            if op_def._jvp_op is None:
+                raise RuntimeError(f"{op}: no forward-mode formula (jax_op gives one to ops with Tensor arguments)")
+            args, keywords = ctx.jvp_call
+            args = list(args)
+            for i, t in zip(tensor_positions, ctx.saved_tensors):
+                args[i] = t
+            tangents = [tangents[i] if tangents[i] is not None else torch.zeros_like(args[i])
+                        for i in tensor_positions]
+            with torch.no_grad():  # tangents are not differentiated again
+                return op_def._jvp_op(*tangents, *args, **keywords)
+
+    def kernel(keyset, *args, **keywords):
+        if _differentiable_call(args, forward_ad=op_def._jvp_op is not None):
+            # Under torch.func the call arrives here already at its transform's level: apply the
+            # Function as plain autograd there, not through functorch's custom_function_call again.
+            return _plain_apply(Function, keyset, keywords, *args)
+        with torch._C._AutoDispatchBelowAutograd():
+            return op.redispatch(keyset & torch._C._after_autograd_keyset, *args, **keywords)
+
+    return kernel
+
+
+def _plain_apply(function, *args):
+    """`function.apply` as autograd.Function does it when no torch.func transform is active."""
+    args = torch._functorch.utils.unwrap_dead_wrappers(args)
+    with torch._functorch.autograd_function.enable_single_level_autograd_function():
+        return super(torch.autograd.Function, function).apply(*args)
+
+
+def _differentiable_call(args, forward_ad: bool) -> bool:
+    """Whether the call records autograd: an argument requires grad, or (for an op with a
+    forward-mode formula) carries a tangent. The generated _vjp and _jvp ops have none: their
+    arguments' tangents (saved dual tensors reaching a backward) are not propagated."""
+    if torch.is_grad_enabled() and torch._C._any_requires_grad(*args):
+        return True
+    if not forward_ad or torch.autograd.forward_ad._current_level < 0:
+        return False
+    unpack = torch.autograd.forward_ad.unpack_dual
+    return any(isinstance(a, torch.Tensor) and unpack(a).tangent is not None for a in args)
 
 
 def _bind(fn: Callable, args, kwargs, is_tensor: Callable) -> tuple[Callable, list]:
@@ -186,6 +285,11 @@ def _register_default_backward(op_def, fn: Callable) -> None:
     declared = [f"Tensor {g}" for g in grad_names] + _argument_texts(op._schema)
     returns = "Tensor" if len(diff) == 1 else f"({', '.join(['Tensor'] * len(diff))})"
     vjp_op = _define(f"{name}_vjp", _vjp_of(fn, n_out, diff), f"({', '.join(declared)}) -> {returns}")
+    tangent_names = [next(f"{prefix}{positional[i].name}" for prefix in ("tangent_", "_tangent_", "__tangent_")
+                          if f"{prefix}{positional[i].name}" not in taken) for i in diff]
+    declared = [f"Tensor {t}" for t in tangent_names] + _argument_texts(op._schema)
+    op_returns = "Tensor" if n_out == 1 else f"({', '.join(['Tensor'] * n_out)})"
+    op_def._jvp_op = _define(f"{name}_jvp", _jvp_of(fn, n_out, diff), f"({', '.join(declared)}) -> {op_returns}")
 
     def setup_context(ctx, inputs, output, keyword_only_inputs=None):
         ctx.save_for_backward(*(inputs[i] for i in diff))
@@ -228,22 +332,45 @@ def _argument_texts(schema) -> list[str]:
     return [*parts, inner[start:].strip()] if inner.strip() else parts
 
 
+def _of_floats(fn: Callable, primals: list, diff: list[int], kwargs: dict) -> tuple[Callable, list, list]:
+    """`fn` as a function of its floating `diff` arguments alone (integer ones held constant): the
+    function, those arguments, and per `diff` argument whether it is one of them."""
+    xs = [primals[i] for i in diff]
+    inexact = [jnp.issubdtype(x.dtype, jnp.inexact) for x in xs]
+
+    def forward(*floats):
+        it = iter(floats)
+        full = list(primals)
+        for i, x, ok in zip(diff, xs, inexact):
+            full[i] = next(it) if ok else x
+        return fn(*full, **kwargs)
+
+    return forward, [x for x, ok in zip(xs, inexact) if ok], inexact
+
+
+def _jvp_of(fn: Callable, n_out: int, diff: list[int]) -> Callable:
+    """The JAX function (tangents of the `diff` arguments, forward arguments) -> the tangents of the
+    results (jax.jvp); integer arguments are held constant, integer results get zero tangents."""
+    def jvp(*args, **kwargs):
+        tangents, primals = args[:len(diff)], list(args[len(diff):])
+        forward, floats, inexact = _of_floats(fn, primals, diff, kwargs)
+        float_tangents = [t.astype(x.dtype) for t, x in
+                          zip((t for t, ok in zip(tangents, inexact) if ok), floats)]
+        out, out_tangents = jax.jvp(forward, tuple(floats), tuple(float_tangents))
+        result = [t if t.dtype != jax.dtypes.float0 else jnp.zeros(o.shape, o.dtype)
+                  for o, t in zip(jax.tree_util.tree_leaves(out), jax.tree_util.tree_leaves(out_tangents))]
+        return tuple(result) if n_out > 1 else result[0]
+    return jvp
+
+
 def _vjp_of(fn: Callable, n_out: int, diff: list[int]) -> Callable:
     """The JAX function (output gradients, forward arguments) -> gradients of the `diff` arguments;
     integer arrays among them are held constant and get zeros."""
     def vjp(*args, **kwargs):
         grads, primals = args[:n_out], list(args[n_out:])
         xs = [primals[i] for i in diff]
-        inexact = [jnp.issubdtype(x.dtype, jnp.inexact) for x in xs]
-
-        def forward(*floats):
-            it = iter(floats)
-            full = list(primals)
-            for i, x, ok in zip(diff, xs, inexact):
-                full[i] = next(it) if ok else x
-            return fn(*full, **kwargs)
-
-        out, pullback = jax.vjp(forward, *(x for x, ok in zip(xs, inexact) if ok))
+        forward, floats, inexact = _of_floats(fn, primals, diff, kwargs)
+        out, pullback = jax.vjp(forward, *floats)
         leaves, tree = jax.tree_util.tree_flatten(out)
         cotangents = jax.tree_util.tree_unflatten(tree, [g.astype(o.dtype) for g, o in zip(grads, leaves)])
         got = iter(pullback(cotangents))
