@@ -161,6 +161,12 @@ def test_device_module_api_table_is_complete():
     assert torch.neuron.is_bf16_supported()
 
 
+def test_device_properties():
+    properties = torch.neuron.get_device_properties(0)
+    assert properties.name == torch.neuron.get_device_name("neuron:0") and properties.name
+    assert properties.total_memory == torch.neuron.mem_get_info(0)[1] > 0
+
+
 def test_module_to_neuron_keeps_tied_weights():
     emb = torch.nn.Embedding(5, 3)
     head = torch.nn.Linear(3, 5, bias=False)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import types
 
 import torch
@@ -67,6 +68,28 @@ def device(device):
 def synchronize(device=None) -> None:
     """Wait for all work queued on a NeuronCore (all of them if device is None)."""
     _sync.synchronize(None if device is None else _index(device))
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceProperties:
+    """A NeuronCore as `get_device_properties` describes it; the fields CUDA's have under the same names."""
+    name: str  # the PJRT device kind
+    total_memory: int  # bytes
+
+
+def get_device_properties(device=None) -> DeviceProperties:
+    """What the NeuronCore is; trainers read `.name` for their logs (TRL's telemetry does on neuron).
+
+    >>> torch.neuron.get_device_properties(0).total_memory > 0
+    True
+    """
+    index = _index(device)
+    _, total = torch.accelerator.get_memory_info(torch.device("neuron", index))
+    return DeviceProperties(name=devices.jax_device(index).device_kind, total_memory=total)
+
+
+def get_device_name(device=None) -> str:
+    return get_device_properties(device).name
 
 
 # ------------------------------------------------------------------ RNG
@@ -194,6 +217,7 @@ API = {
     "is_available": "stable", "device_count": "stable", "current_device": "stable", "set_device": "stable",
     "device": "stable", "is_initialized": "stable", "_is_in_bad_fork": "internal",
     "_lazy_init": "internal", "synchronize": "stable",
+    "DeviceProperties": "stable", "get_device_properties": "stable", "get_device_name": "stable",
     "manual_seed": "stable", "manual_seed_all": "stable", "seed": "stable", "seed_all": "stable",
     "initial_seed": "stable", "get_rng_state": "stable", "set_rng_state": "stable",
     "get_rng_state_all": "stable", "set_rng_state_all": "stable",
