@@ -117,3 +117,18 @@ def test_settings(env, expected):
     out = subprocess.run([sys.executable, "-c", _SCRIPT], env={**os.environ, **env}, capture_output=True,
                          text=True, timeout=300, check=False, cwd=pathlib.Path(__file__).parent.parent)
     assert out.stdout.strip().startswith(expected), out.stdout + out.stderr
+
+
+def test_a_second_process_with_a_warm_cache_names_the_failure(tmp_path):
+    """A checking op's program numbers its messages as its process traces it: it is never loaded by
+    name from the persistent cache, where another process's numbering would name another failure."""
+    import os
+    import subprocess
+    import sys
+    code = ("import torch, torchneuron\n"
+            "x = torch.arange(5.).to('neuron'); i = torch.tensor([1, 7]).to('neuron')\n"
+            "try:\n    x[i]; torch.neuron.synchronize()\nexcept RuntimeError as e:\n    print(e)\n")
+    env = {**os.environ, "TORCHNEURON_CACHE_DIR": str(tmp_path)}
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert "out of bounds for size 5" in out.stdout, out.stderr[-2000:]

@@ -15,7 +15,7 @@ import torch
 from . import config
 from .runtime import devices  # configures JAX before anything else touches it
 
-__all__ = ["ENVIRONMENT", "cache_stats", "fallback_stats", "jax_op", "set_cache_limit"]
+__all__ = ["ENVIRONMENT", "cache_stats", "eager_mode", "eager_stats", "fallback_stats", "jax_op", "set_cache_limit"]
 ENVIRONMENT = config.ENVIRONMENT
 _registered = False
 
@@ -61,6 +61,9 @@ def _register() -> None:
     from .integrations import huggingface
 
     huggingface.install()  # accelerate and transformers see neuron, once (if ever) they load
+    from .eager import modes
+
+    modes.install()  # fused eager cuts its segments where optimizer steps end
     if not config.AUTOGRAD_THREADS:
         # Backward on the calling thread (the setting is per thread: this is the importing one).
         torch.autograd.set_multithreading_enabled(False)
@@ -69,5 +72,6 @@ def _register() -> None:
 _register()
 
 from .custom_ops import jax_op
+from .eager.modes import eager_mode, eager_stats
 from .eager.fallback import fallback_stats
 from .runtime.executables import cache_stats, set_cache_limit

@@ -17,7 +17,10 @@ ENVIRONMENT = {
     "TORCHNEURON_CACHE_LIMIT": "bytes of compiled executables kept in memory (suffix K, M or G allowed), "
                                "least recently used evicted; default 2G",
     "TORCHNEURON_LOG": "comma-separated topics to log; 'recompiles' logs why torch.compile recompiled "
-                       "and which eager op compiled for new shapes",
+                       "and which eager op compiled for new shapes; 'flushes' logs why each fused eager "
+                       "segment ran",
+    "TORCHNEURON_EAGER": "'strict' (default) runs each eager op as it is called; 'fused' defers ops and "
+                         "runs them as fused segments when a value is needed",
     "TORCHNEURON_BUCKETS": "'0' compiles dynamic graphs at exact sizes; default '1' rounds dynamic sizes "
                            "up to power-of-two buckets",
     "TORCHNEURON_MIN_BUCKET": "smallest shape bucket of a dynamic size; default 8",
@@ -32,6 +35,9 @@ PLATFORM = os.environ.get("TORCHNEURON_PLATFORM", "cpu")
 CORES = int(os.environ.get("TORCHNEURON_CORES", "2"))
 MEMORY_LIMIT = os.environ.get("TORCHNEURON_MEMORY_LIMIT")
 FALLBACK = os.environ.get("TORCHNEURON_FALLBACK", "cpu")
+EAGER = os.environ.get("TORCHNEURON_EAGER", "strict")
+if EAGER not in ("strict", "fused"):
+    raise ValueError(f"TORCHNEURON_EAGER={EAGER!r}: expected 'strict' or 'fused'")
 # Inline execution on XLA:CPU: as fast as a worker thread on an idle machine, and several µs faster
 # per small op when the cores are busy (the hand-off waits for a core); accelerators are always
 # asynchronous.

@@ -24,7 +24,7 @@ from torch._dynamo.backends.common import aot_autograd
 
 from .. import config
 from ..lowering import LOWERINGS, asserts, calling
-from ..runtime import device_asserts, executables, generators, storages, transfer
+from ..runtime import deferred, device_asserts, executables, generators, storages, transfer
 from ..runtime.dtypes import to_jax, to_torch
 from ..runtime.layout import Layout, contiguous_stride, read, write
 from . import buckets
@@ -254,6 +254,7 @@ class CompiledGraph:
         """One call: every input described by (storage group, layout, dtype), in one pass. What
         follows from that description (groups donated, outputs' tensors) is worked out once per
         description and kept in its spec: a training step calls the same specs every time."""
+        deferred.flush("compiled graph")  # fused eager's pending values first (the graph reads buffers)
         storages.maybe_drain()
         entries, buffers, handles = [], [], []
         host: dict = {}  # dtype name -> host input tensors: one transfer per dtype, not per input
@@ -487,7 +488,7 @@ class _Flat:
 def _flat_or_array(x, device):
     """A neuron tensor that is its whole storage, contiguous, as its flat buffer; else its values."""
     if isinstance(x, torch.Tensor) and x.device.type == "neuron" and x.is_contiguous() and not x.storage_offset():
-        buf = storages.lookup(x.untyped_storage().data_ptr())
+        buf = deferred.concrete(storages.lookup(x.untyped_storage().data_ptr()))
         if buf is not None and buf.dtype == to_jax(x.dtype) and buf.shape[0] == x.numel() and x.numel():
             return buf
     return _to_array(x, device)

@@ -14,13 +14,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..lowering import asserts, calling
-from ..runtime import device_asserts, executables, storages, transfer
+from ..runtime import deferred, device_asserts, executables, storages, transfer
 from ..runtime.dtypes import PYTHON_SCALAR_TYPES, to_jax
 from ..runtime.generators import next_seed_and_offset
 from ..runtime.layout import apply_math_bits, flatten, read, write
 from .describe import CallDescription, buffers_of, device_error
 
 _KEEP_RECENT = storages.KEEP_RECENT  # (read per op: a global, not an attribute)
+_fused = deferred._mode  # {"fused": bool}: record plans in the current segment instead of running them
 _NOT_COMPILED_FOR = executables.NOT_COMPILED_FOR
 _bind = storages.bind
 _lookup_scalar_type = PYTHON_SCALAR_TYPES.get
@@ -105,13 +106,16 @@ class PlanExecution:
         if self.checked:
             flat.append(device_asserts.word(self.device.index))
         function = self.function
-        function.calls += 1
-        try:
-            outputs = function.compiled(*flat)
-        except _NOT_COMPILED_FOR:  # a signature not compiled yet (or evicted): raised before running
-            outputs = function.call_new(flat)
-        if _KEEP_RECENT:
-            storages.keep_recent(outputs)
+        if _fused["fused"]:
+            outputs = deferred.record(function, flat, self.device.index)
+        else:
+            function.calls += 1
+            try:
+                outputs = function.compiled(*flat)
+            except _NOT_COMPILED_FOR:  # a signature not compiled yet (or evicted): raised before running
+                outputs = function.call_new(flat)
+            if _KEEP_RECENT:
+                storages.keep_recent(outputs)
         if self.checked:
             device_asserts.update(self.device.index, outputs[-1])
         n_written = self.n_written
@@ -135,13 +139,16 @@ class PlanExecution:
         if self.checked:
             flat = [*flat, device_asserts.word(self.device.index)]
         function = self.function
-        function.calls += 1
-        try:
-            outputs = function.compiled(*flat)
-        except _NOT_COMPILED_FOR:
-            outputs = function.call_new(flat)
-        if _KEEP_RECENT:
-            storages.keep_recent(outputs)
+        if _fused["fused"]:
+            outputs = deferred.record(function, flat, self.device.index)
+        else:
+            function.calls += 1
+            try:
+                outputs = function.compiled(*flat)
+            except _NOT_COMPILED_FOR:
+                outputs = function.call_new(flat)
+            if _KEEP_RECENT:
+                storages.keep_recent(outputs)
         if self.checked:
             device_asserts.update(self.device.index, outputs[-1])
         return self._single_result(outputs[0])
@@ -187,6 +194,7 @@ class PlanExecution:
                 for g, dt, lay, bits in zip(self.groups, self.dtypes, self.layouts, self.bits)]
 
     def _call_outside_jit(self, args, kwargs, desc, buffers, rng):
+        buffers = deferred.concrete_all(buffers, f"data-dependent {self.op}")
         values = self._read_all(buffers)
         results = self._call_lowering(values, [jnp.asarray(s) for s in desc.scalars], rng)
         made = []

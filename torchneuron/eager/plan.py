@@ -108,7 +108,9 @@ class Plan(PlanExecution):
         # compiled per buffer signature, its executables in the runtime's bounded cache
         self.function = None if self.data_dependent else executables.Function(
             self._body, "eager", str(self.op), donate_argnums=tuple(range(n_written)),
-            identity=None if lowering.user_code else self._identity(schema, desc))
+            # unnamed (never loaded untraced): user code, and device checks, whose message ids are
+            # numbered as this process traces them
+            identity=None if lowering.user_code or self.checked else self._identity(schema, desc))
         # The common call (nothing written, one fresh result, buffers in argument order) takes a
         # shorter path: eager speed is decided by these few microseconds.
         simple = (self.single_fresh is not None and not n_written and not self.random

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import config
-from . import devices
+from . import deferred, devices
 
 ENABLED = config.DEVICE_ASSERTS
 LAUNCH_BLOCKING = config.LAUNCH_BLOCKING
@@ -54,13 +54,20 @@ def update(device_index: int, new_word: jax.Array) -> None:
         raise_failures()
 
 
+def resolve_pending() -> None:
+    """Failure words a flushed segment computed: the arrays themselves (deferred execution)."""
+    for index, value in list(_words.items()):
+        if type(value) is deferred.Pending and value.value is not None:
+            _words[index] = value.value
+
+
 def raise_failures() -> None:
     """Read the failure words that changed since the last read (waiting for their work) and raise
     the first failure; the word is cleared, so a failure is reported once. With no checking call
     since the last read, nothing is read from the device."""
     while _unread:
         index = _unread.pop()
-        value = _words[index]
+        value = _words[index] = deferred.concrete(_words[index])
         code = int(np.asarray(value))
         if code:
             _words[index] = jnp.zeros_like(value)

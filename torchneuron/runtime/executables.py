@@ -62,6 +62,7 @@ class Function:
         "__weakref__",
         "calls",
         "compiled",
+        "fn",
         "identity",
         "jitted",
         "kind",
@@ -73,6 +74,7 @@ class Function:
 
     def __init__(self, fn, kind: str, name: str, donate_argnums=(), on_empty=None, identity=None,
                  **jit_options):
+        self.fn = fn  # (deferred execution composes functions' bodies into one program)
         self.jitted = jax.jit(fn, donate_argnums=donate_argnums, **jit_options)
         # everything the program depends on besides its arguments, as text (None: not nameable);
         # with it the persistent cache loads the program without tracing it

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from . import devices, executables
+from . import deferred, devices, executables
 from .core import EVENT_FREE, EVENT_GROW, StorageEvent, lib, pending, urgent
 from .dtypes import to_jax
 
@@ -43,6 +43,11 @@ _EVENTS = (StorageEvent * 256)()
 # The same memory as rows of six integers: one tolist() reads a batch, where ctypes would build
 # an object and convert each field of every event.
 _EVENT_ROWS = np.frombuffer(_EVENTS, dtype=np.uint64).reshape(len(_EVENTS), 6)
+
+
+def table() -> dict:
+    """handle -> buffer, for the runtime's own passes over every storage (deferred execution)."""
+    return _buffers
 
 
 def maybe_drain() -> None:
@@ -64,6 +69,8 @@ def drain() -> None:
                     pop(handle, None)
                 elif kind == EVENT_GROW:
                     old = _buffers.get(handle)
+                    if type(old) is deferred.Pending:  # a storage grows from a value not computed yet
+                        old = deferred.concrete(old)
                     if old is not None:
                         itemsize = old.dtype.itemsize
                         _buffers[new_handle] = fit(old[: nbytes // itemsize], old.dtype,
@@ -76,6 +83,8 @@ def buffer_of(t: torch.Tensor) -> jax.Array:
     first (a storage without a handle, of no bytes, gets an empty buffer of its own)."""
     handle = t.untyped_storage().data_ptr()
     buf = _buffers.get(handle)
+    if type(buf) is deferred.Pending:
+        return deferred.concrete(buf)
     if buf is None:
         dtype = to_jax(t.dtype)
         buf = fit(None, dtype, t.untyped_storage().nbytes() // np.dtype(dtype).itemsize, t.device.index)
@@ -105,7 +114,8 @@ def recent_outputs() -> list[jax.Array]:
 
 
 def live_buffers() -> list[jax.Array]:
-    """Every storage's buffer (synchronize waits for them)."""
+    """Every storage's buffer (synchronize waits for them), pending ones computed first."""
+    deferred.flush("synchronize")
     return list(_buffers.values())
 
 

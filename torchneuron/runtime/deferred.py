@@ -1,0 +1,268 @@
+"""Deferred execution: a storage's buffer may be a pending value of a recorded segment.
+
+In fused eager mode (`TORCHNEURON_EAGER=fused`, `torchneuron.eager_mode("fused")`) the eager driver
+still plans every call (meta kernels run at the call, so shape, dtype and argument errors are raised
+where the user made them) but, instead of calling the plan's executable, records it here:
+
+    outputs = deferred.record(function, flat)   # Pending values, bound to storages like buffers
+
+A flush turns the recorded segment into one jitted program, the plans' own bodies composed over the
+segment's inputs, and replaces every pending value still referenced by its computed array. Only
+values something still refers to (a live storage, the failure word) become outputs: a storage
+overwritten or freed inside the segment stays inside XLA's program.
+
+Segments are cached by their structure: each node's plan function (whose identity covers op,
+shapes, dtypes and layouts) and where its inputs come from (the segment's n-th input, or node j's
+k-th output), plus which outputs are live. Never addresses: a training loop reaches a steady state
+of a few cached segments. A segment is flushed when something needs a value (a host copy, `item()`,
+a data-dependent op, a compiled graph's call, synchronize, a mode switch), or when it reaches
+MAX_NODES; `torchneuron.eager_stats()` counts segments and flush reasons, and
+`TORCHNEURON_LOG=flushes` prints every flush's reason.
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import functools
+import sys
+import threading
+import time
+import weakref
+
+import jax
+import numpy as np
+
+from .. import config
+from . import executables
+
+# A bounded segment: a longer one is flushed (what a pending segment holds alive stays bounded,
+# and its program compiles in bounded time).
+MAX_NODES = 1024
+_LOG_FLUSHES = "flushes" in config.LOG
+
+
+class Pending:
+    """A value of the current segment that has not been computed yet: node `node`'s output `out`.
+    Has the array's shape and dtype; `value` is the array once its segment ran."""
+
+    __slots__ = ("__weakref__", "dtype", "node", "out", "segment", "shape", "value")
+
+    def __init__(self, segment, node: int, out: int, shape, dtype):
+        self.segment = segment
+        self.node = node
+        self.out = out
+        self.shape = shape
+        self.dtype = dtype
+        self.value = None
+
+    def __repr__(self):
+        return f"Pending(node {self.node}[{self.out}], {self.shape}, {self.dtype})"
+
+
+class Segment:
+    __slots__ = ("device", "input_index", "inputs", "nodes", "outputs", "structure")
+
+    def __init__(self):
+        self.device = None  # the NeuronCore its plans run on
+        self.nodes: list = []  # (function, input refs)
+        self.structure: list = []  # per node: (function, refs) — the cache key's part
+        self.inputs: list = []  # concrete arrays and host scalars the segment reads
+        self.input_index: dict[int, int] = {}  # id(input) -> its position (one input per array)
+        self.outputs: list = []  # per node: its outputs' weak references
+
+
+_mode = {"fused": config.EAGER == "fused"}
+_segment = Segment()
+_lock = threading.RLock()
+_SEGMENTS: dict = {}  # structure -> executables.Function
+_OUT_AVALS: dict = {}  # (function, input signature) -> [(shape, dtype)] of its outputs
+STATS = collections.Counter()  # ops, segments, segment_compiles, and flush reasons ("flush:<reason>")
+
+
+def recording() -> bool:
+    return _mode["fused"]
+
+
+def has_pending() -> bool:
+    return bool(_segment.nodes)
+
+
+def set_fused(on: bool, reason: str = "mode switch") -> None:
+    if not on and _mode["fused"]:
+        flush(reason)
+    _mode["fused"] = on
+
+
+@contextlib.contextmanager
+def fused(on: bool):
+    """Fused (on) or strict eager inside the block; flushes when leaving fused execution."""
+    previous = _mode["fused"]
+    set_fused(on)
+    try:
+        yield
+    finally:
+        set_fused(previous)
+
+
+def _aval(x):
+    return (x.shape, x.dtype)
+
+
+def _out_avals(function, flat) -> list:
+    signature = (function, *[(a.shape, a.dtype) for a in flat])
+    found = _OUT_AVALS.get(signature)
+    if found is None:
+        structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in flat]
+        out = jax.eval_shape(function.jitted, *structs)
+        found = _OUT_AVALS[signature] = [(o.shape, o.dtype) for o in jax.tree_util.tree_leaves(out)]
+    return found
+
+
+def record(function, flat, device_index: int) -> list:
+    """Record a call of `function` (an executables.Function) on `flat`, on NeuronCore
+    `device_index`, in the current segment; returns its outputs as Pending values."""
+    with _lock:
+        if _segment.device != device_index:
+            if _segment.nodes:  # one program runs on one core
+                flush("another core")
+            _segment.device = device_index
+        segment = _segment
+        refs = []
+        for a in flat:
+            if type(a) is Pending:
+                if a.value is not None:
+                    a = a.value
+                elif a.segment is segment:
+                    refs.append((a.node, a.out))
+                    continue
+                else:  # a value of a segment flushed meanwhile without reaching it (not expected)
+                    a = concrete(a)
+            if not hasattr(a, "shape"):
+                a = np.asarray(a)
+            k = segment.input_index.get(id(a))
+            if k is None:
+                k = segment.input_index[id(a)] = len(segment.inputs)
+                segment.inputs.append(a)
+            refs.append(k)
+        node = len(segment.nodes)
+        avals = _out_avals(function, flat)
+        refs = tuple(refs)
+        segment.nodes.append((function, refs))
+        segment.structure.append((function, refs))
+        outputs = [Pending(segment, node, i, shape, dtype) for i, (shape, dtype) in enumerate(avals)]
+        segment.outputs.append([weakref.ref(p) for p in outputs])
+        STATS["ops"] += 1
+        if node + 1 >= MAX_NODES:
+            flush("segment length")
+            return [p.value for p in outputs]
+        return outputs
+
+
+def concrete(value):
+    """`value` as an array: a Pending value's segment is flushed first."""
+    if type(value) is not Pending:
+        return value
+    if value.value is None:
+        flush("value needed", drain=False)
+    if value.value is None:  # (its segment ran, but this value was not live then)
+        raise RuntimeError(f"neuron: internal error: {value!r} was read after its segment dropped it")
+    return value.value
+
+
+def concrete_all(values, reason: str) -> list:
+    """`values` with every Pending value computed (one flush, if any is pending)."""
+    if any(type(v) is Pending and v.value is None for v in values):
+        flush(reason)
+    return [v.value if type(v) is Pending else v for v in values]
+
+
+def flush(reason: str = "flush", drain: bool = True) -> None:
+    """Run the current segment (if it recorded anything) as one program and bind its live values."""
+    global _segment
+    with _lock:
+        if not _segment.nodes:
+            return
+        if drain:  # freed storages' pending values die first, so they stay inside the program
+            from . import storages
+            storages.drain()
+            if not _segment.nodes:  # (drain flushed it: a storage grew from a pending value)
+                return
+        segment, _segment = _segment, Segment()
+        STATS["segments"] += 1
+        STATS[f"flush:{reason}"] += 1
+        live = [(j, k, p) for j, refs in enumerate(segment.outputs) for k, ref in enumerate(refs)
+                if (p := ref()) is not None]
+        key = (tuple(segment.structure), tuple((j, k) for j, k, _ in live))
+        program = _SEGMENTS.get(key)
+        if program is None:
+            STATS["segment_compiles"] += 1
+            program = _SEGMENTS[key] = executables.Function(
+                _composed(segment.nodes, [(j, k) for j, k, _ in live]), "segment", f"segment of {len(segment.nodes)}",
+                on_empty=functools.partial(_SEGMENTS.pop, key, None), identity=_identity(segment.nodes, live))
+        started = time.perf_counter()
+        new = not program.signatures
+        try:
+            results = program(*segment.inputs)
+        except Exception as e:
+            raise _failed_node(segment, e) from e
+        for (_, _, p), value in zip(live, results):
+            p.value = value
+        _rebind()
+        if _LOG_FLUSHES:
+            print(f"[torchneuron] flush ({reason}): {len(segment.nodes)} ops, {len(live)} live values, "
+                  f"{'new program' if new else 'cached program'}, {1e3 * (time.perf_counter() - started):.1f} ms",
+                  file=sys.stderr)
+
+
+def _rebind() -> None:
+    """Storages (and failure words) bound to computed Pending values get the arrays themselves."""
+    from . import device_asserts, storages
+    table = storages.table()
+    for handle, buf in list(table.items()):
+        if type(buf) is Pending and buf.value is not None:
+            table[handle] = buf.value
+    device_asserts.resolve_pending()
+
+
+def _composed(nodes, live):
+    """The segment as one function of its inputs: each node's plan body on its inputs' values."""
+    def program(*inputs):
+        values = []
+        for function, refs in nodes:
+            args = [inputs[r] if type(r) is int else values[r[0]][r[1]] for r in refs]
+            out = function.fn(*args)
+            values.append(list(out) if isinstance(out, (tuple, list)) else [out])
+        return [values[j][k] for j, k in live]
+    return program
+
+
+def _identity(nodes, live) -> str | None:
+    """The segment's persistent name: its plans' names and its wiring (None if a plan has no name)."""
+    names = [function.identity for function, _ in nodes]
+    if any(name is None for name in names):
+        return None
+    return repr(("segment", tuple(zip(names, (refs for _, refs in nodes))), tuple((j, k) for j, k, _ in live)))
+
+
+def _failed_node(segment, error: Exception) -> Exception:
+    """Run the segment op by op to name the op that failed."""
+    values = []
+    for function, refs in segment.nodes:
+        args = [segment.inputs[r] if type(r) is int else values[r[0]][r[1]] for r in refs]
+        try:
+            out = function.jitted(*args)
+        except Exception as e:  # noqa: BLE001
+            return type(e)(f"neuron: {function.name} failed in a fused segment: {e}")
+        values.append(list(out) if isinstance(out, (tuple, list)) else [out])
+    return error
+
+
+def stats() -> dict:
+    """Fused eager's counters: ops recorded, segments run, segments compiled (the rest were cache
+    hits), cached segment programs, and the number of flushes per reason."""
+    with _lock:
+        flushes = {k.split(":", 1)[1]: v for k, v in STATS.items() if k.startswith("flush:")}
+        return {"mode": "fused" if _mode["fused"] else "strict", "ops": STATS["ops"],
+                "segments": STATS["segments"], "segment_compiles": STATS["segment_compiles"],
+                "segment_hits": STATS["segments"] - STATS["segment_compiles"],
+                "cached_segments": len(_SEGMENTS), "pending_ops": len(_segment.nodes), "flushes": flushes}
