@@ -130,5 +130,6 @@ def test_a_second_process_with_a_warm_cache_names_the_failure(tmp_path):
             "try:\n    x[i]; torch.neuron.synchronize()\nexcept RuntimeError as e:\n    print(e)\n")
     env = {**os.environ, "TORCHNEURON_CACHE_DIR": str(tmp_path)}
     for _ in range(2):
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                             check=False)
         assert "out of bounds for size 5" in out.stdout, out.stderr[-2000:]

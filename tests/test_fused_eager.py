@@ -11,6 +11,7 @@ import torchneuron
 from torchneuron.runtime import deferred
 from torchneuron.testing.models import GPT, batches
 
+
 def _flushes():
     return dict(torchneuron.eager_stats()["flushes"])
 
@@ -187,9 +188,8 @@ def test_memory_after_many_fused_steps_equals_strict():
 
 
 def test_eager_mode_validates_and_is_set_by_the_environment():
-    with pytest.raises(ValueError, match="expected one of"):
-        with torchneuron.eager_mode("lazy"):
-            pass
+    with pytest.raises(ValueError, match="expected one of"), torchneuron.eager_mode("lazy"):
+        pass
     code = ("import torch, torchneuron; x = torch.ones(3, device='neuron') + 1; "
             "s = torchneuron.eager_stats(); print(s['mode'], s['pending_ops'])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120,

@@ -72,6 +72,6 @@ def _register() -> None:
 _register()
 
 from .custom_ops import jax_op
-from .eager.modes import eager_mode, eager_stats
 from .eager.fallback import fallback_stats
+from .eager.modes import eager_mode, eager_stats
 from .runtime.executables import cache_stats, set_cache_limit
