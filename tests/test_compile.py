@@ -156,6 +156,23 @@ def test_inference_input_mutation_lands_in_storage():
     torch.testing.assert_close(out.cpu(), 2 * x.cpu())
 
 
+def test_views_at_new_storage_offsets_reuse_the_executable():
+    # a sampling loop passes `timesteps[i]`: the same view at a new offset every step
+    def fn(row, column, acc):
+        acc.add_(row * column.sum())
+        return row + 1
+
+    table, buf = torch.randn(4, 4), torch.zeros(4, 4)
+    table_n, buf_n = table.to("neuron"), buf.to("neuron")
+    compiled = torch.compile(fn, backend="neuron")
+    before = compile_stats().get("compiles", 0)
+    for i in range(4):
+        out = compiled(table_n[i], table_n[:, i], buf_n[i])
+        torch.testing.assert_close(out.cpu(), fn(table[i], table[:, i], buf[i]))
+    torch.testing.assert_close(buf_n.cpu(), buf)
+    assert compile_stats()["compiles"] - before <= 2  # offset 0, then any offset as an argument
+
+
 def test_host_input_mutations_land_in_host_tensors():
     # CPU inputs a graph mutates (an optimizer's step counts): of several shapes and dtypes, each
     # dtype crossing as one array and back

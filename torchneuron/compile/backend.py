@@ -96,18 +96,20 @@ class CompiledGraph:
             inputs.append(arrays.pop(0) if is_array else statics.pop(0))
         return self._evaluate(inputs, rng, true_sizes, failure)  # (outputs, mutated, failure word)
 
-    def _run_direct(self, donated, kept, host, spec_id, rng, failure):
+    def _run_direct(self, donated, kept, host, offsets, spec_id, rng, failure):
         """The graph over storage buffers: the call spec says, per input, which buffer and layout
         it reads (or which host array, or its static value); returns the outputs flat, the new
-        buffers of the donated (mutated) storages, and the new values of mutated host inputs."""
+        buffers of the donated (mutated) storages, and the new values of mutated host inputs.
+        `offsets` holds, in input order, the storage offsets the spec leaves to the call."""
         _stats["compiles"] += 1
         spec = self._specs[spec_id]
         entries, donated_groups, kept_groups = spec.entries, spec.donated_groups, spec.kept_groups
         buffers = dict(zip(donated_groups, donated)) | dict(zip(kept_groups, kept))
+        layouts = _layouts(entries, offsets)
         inputs = []
-        for kind, where, layout, dtype in entries:
+        for index, (kind, where, layout, dtype) in enumerate(entries):
             if kind == _BUFFER:
-                inputs.append(read(storages.bitcast(buffers[where], to_jax(dtype)), _layout(layout)))
+                inputs.append(read(storages.bitcast(buffers[where], to_jax(dtype)), layouts[index]))
             elif kind == _HOST:
                 start, shape = where
                 inputs.append(host[str(dtype)][start:start + math.prod(shape)].reshape(shape))
@@ -117,12 +119,12 @@ class CompiledGraph:
         new = {}
         host_new: dict = {}  # host dtype -> flat new values of its mutated inputs, in input order
         for index, value in zip(self.mutated_inputs, mutated):
-            kind, group, layout, dtype = entries[index]
+            kind, group, _, dtype = entries[index]
             if kind == _HOST:
                 host_new.setdefault(str(dtype), []).append(value.reshape(-1))
                 continue
             buf = storages.bitcast(new.get(group, buffers[group]), to_jax(dtype))
-            new[group] = write(buf, _layout(layout), value)
+            new[group] = write(buf, layouts[index], value)
         host_new = {dt: jax.numpy.concatenate(values) for dt, values in host_new.items()}
         described, flat = [], []
         for o in outputs:
@@ -260,6 +262,7 @@ class CompiledGraph:
         host: dict = {}  # dtype name -> host input tensors: one transfer per dtype, not per input
         host_sizes: dict = {}  # dtype name -> elements so far
         group_of: dict[int, int] = {}
+        offsets = []  # the nonzero storage offsets, in input order
         lookup = storages.lookup
         index = -1
         for x in inputs:
@@ -284,8 +287,13 @@ class CompiledGraph:
                 handles.append(handle)
                 if handle:
                     group_of[handle] = group
-            # the layout as (sizes, strides, offset): Layouts are made once, while tracing
-            entries.append((_BUFFER, group, (x.shape, x.stride(), x.storage_offset()), x.dtype))
+            # the layout as (sizes, strides, offset): Layouts are made once, while tracing. A nonzero
+            # offset is an argument of the executable, not part of it: a sampling loop's
+            # `timesteps[i]` is the same view at a new offset each step, and must not recompile
+            offset = x.storage_offset()
+            if offset:
+                offsets.append(offset)
+            entries.append((_BUFFER, group, (x.shape, x.stride(), _TRACED if offset else 0), x.dtype))
         entries = tuple(entries)
         key = (entries, index)  # outputs are made on the inputs' device
         spec_id = self._spec_ids.get(key)
@@ -303,7 +311,7 @@ class CompiledGraph:
                        for name, same in host.items()}  # numpy: jit moves it with the call
         flat, new_buffers, host_new, failure = self._function_of_spec(spec_id)(
             [buffers[g] for g in spec.donated_groups], [buffers[g] for g in spec.kept_groups], host_arrays,
-            rng, device_asserts.word(device.index) if self.checked else None)
+            np.array(offsets, np.int64) if offsets else None, rng, device_asserts.word(device.index) if self.checked else None)
         if _stats["compiles"] != compiles:
             self._note_compile([(e[2], e[3]) if e[0] == _BUFFER else e[1] for e in entries])
         else:
@@ -387,8 +395,8 @@ class CompiledGraph:
     def _function_of_spec(self, spec_id: int) -> executables.Function:
         function = self._functions.get(spec_id)
         if function is None:
-            def run_direct(donated, kept, host, rng, failure):
-                return self._run_direct(donated, kept, host, spec_id, rng, failure)
+            def run_direct(donated, kept, host, offsets, rng, failure):
+                return self._run_direct(donated, kept, host, offsets, spec_id, rng, failure)
             function = self._functions[spec_id] = executables.Function(
                 run_direct, "compile", self.name, donate_argnums=(0,))
         return function
@@ -410,6 +418,7 @@ class CompiledGraph:
 
 
 _BUFFER, _HOST, _STATIC = 0, 1, 2
+_TRACED = "traced"  # an entry's storage offset that the call passes
 _FRESH, _PASSED, _HOST_OUTPUT = "fresh", "passed", "host"
 
 
@@ -451,10 +460,18 @@ class _CallSpec:
         self.binds = binds
 
 
-def _layout(described) -> Layout:
-    """An input entry's (sizes, strides, offset) as a Layout (made while tracing, not per call)."""
-    sizes, strides, offset = described
-    return Layout(tuple(sizes), tuple(strides), offset)
+def _layouts(entries, offsets) -> dict:
+    """Each buffer entry's (sizes, strides, offset) as a Layout, by input index (made while
+    tracing, not per call); a _TRACED offset is the next of the call's `offsets`."""
+    layouts, traced = {}, 0
+    for index, (kind, _, described, _) in enumerate(entries):
+        if kind != _BUFFER:
+            continue
+        sizes, strides, offset = described
+        if offset is _TRACED:
+            offset, traced = offsets[traced], traced + 1
+        layouts[index] = Layout(tuple(sizes), tuple(strides), offset)
+    return layouts
 
 
 class _Static(tuple):

@@ -1,6 +1,7 @@
 """Reading and writing strided tensors in flat buffers, inside jit-compiled code.
 
-A layout is (shape, stride, offset) in elements. Reads are a reshape when the tensor covers
+A layout is (shape, stride, offset) in elements; the offset is a Python int or a traced integer
+(one executable for a view at any offset). Reads are a reshape when the tensor covers
 its buffer, a slice when it is a contiguous block, a slice and transpose when it is a dense
 permutation, and otherwise a gather over offset + sum(index_i * stride_i). Writes mirror this
 with dynamic_update_slice or a scatter into the (donated) buffer.
@@ -65,8 +66,11 @@ def read(buffer, layout: Layout):
     order = layout.dense_order()
     if order is None:
         return buffer[layout.indices()]
-    block = buffer if (layout.offset == 0 and buffer.shape[0] == n) else lax.slice(
-        buffer, (layout.offset,), (layout.offset + n,))
+    if isinstance(layout.offset, int):
+        block = buffer if (layout.offset == 0 and buffer.shape[0] == n) else lax.slice(
+            buffer, (layout.offset,), (layout.offset + n,))
+    else:
+        block = lax.dynamic_slice(buffer, (layout.offset,), (n,))
     permuted = block.reshape([layout.shape[d] for d in order])
     if list(order) == sorted(order):
         return permuted
@@ -92,7 +96,7 @@ def write(buffer, layout: Layout, value):
     if layout.dense_order() is None:
         return buffer.at[layout.indices()].set(value)
     flat = flatten(value, layout)
-    if layout.offset == 0 and buffer.shape[0] == n:
+    if isinstance(layout.offset, int) and layout.offset == 0 and buffer.shape[0] == n:
         return flat
     return lax.dynamic_update_slice(buffer, flat, (layout.offset,))
 
