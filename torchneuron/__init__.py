@@ -15,7 +15,8 @@ import torch
 from . import config
 from .runtime import devices  # configures JAX before anything else touches it
 
-__all__ = ["ENVIRONMENT", "cache_stats", "eager_mode", "eager_stats", "fallback_stats", "jax_op", "set_cache_limit"]
+__all__ = ["ENVIRONMENT", "cache_stats", "capture", "eager_mode", "eager_stats", "fallback_stats", "jax_op",
+           "set_cache_limit"]
 ENVIRONMENT = config.ENVIRONMENT
 _registered = False
 
@@ -38,6 +39,11 @@ def _register() -> None:
     from . import device_module
 
     torch._register_device_module("neuron", device_module.build())
+    from . import graphs
+
+    for name in graphs.DEVICE_API:  # torch.neuron.NeuronGraph, graph, make_graphed_callables
+        setattr(torch.neuron, name, getattr(graphs, name))
+        torch.neuron.API[name] = "stable"
     from . import module_ties
 
     module_ties.install()
@@ -74,4 +80,5 @@ _register()
 from .custom_ops import jax_op
 from .eager.fallback import fallback_stats
 from .eager.modes import eager_mode, eager_stats
+from .graphs import capture
 from .runtime.executables import cache_stats, set_cache_limit

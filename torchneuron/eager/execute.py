@@ -22,6 +22,7 @@ from .describe import CallDescription, buffers_of, device_error
 
 _KEEP_RECENT = storages.KEEP_RECENT  # (read per op: a global, not an attribute)
 _fused = deferred._mode  # {"fused": bool}: record plans in the current segment instead of running them
+_capture = deferred._capture  # {"recording": None or the graph capture in progress, ...}
 _NOT_COMPILED_FOR = executables.NOT_COMPILED_FOR
 _bind = storages.bind
 _lookup_scalar_type = PYTHON_SCALAR_TYPES.get
@@ -101,13 +102,15 @@ class PlanExecution:
         flat = list(buffers) if self.in_order else [buffers[g] for g in self.arg_groups]
         if desc.scalars:
             flat += [_lookup_scalar_type(type(v), np.asarray)(v) for v in desc.scalars]
+        rng_at = -1
         if rng is not None:
+            rng_at = len(flat)
             flat += [np.uint64(rng[0]), np.uint64(rng[1])]
         if self.checked:
             flat.append(device_asserts.word(self.device.index))
         function = self.function
         if _fused["fused"]:
-            outputs = deferred.record(function, flat, self.device.index)
+            outputs = deferred.record(function, flat, self.device.index, rng_at)
         else:
             function.calls += 1
             try:
@@ -124,6 +127,8 @@ class PlanExecution:
             for ti, buf in zip(self.written_tensor, outputs[:n_written]):
                 if handles[ti]:
                     _bind(handles[ti], buf)
+                    if _capture["recording"] is not None:
+                        deferred.keep(desc.tensors[ti].untyped_storage())
         if self.single_fresh:
             return self._single_result(outputs[n_written])
         return self._results(args, kwargs, outputs[n_written:])
@@ -158,11 +163,16 @@ class PlanExecution:
         t = prototype.new_empty_strided(shape, stride)  # dtype and device from an empty prototype
         if nonempty:  # a fresh tensor starts at offset 0: its data pointer is its storage's
             _bind(t.data_ptr(), buf)
+            if _capture["recording"] is not None:
+                deferred.keep(t.untyped_storage())
         return t
 
     def _results(self, args, kwargs, fresh_buffers):
         made = [(path, storages.new_tensor(prototype, lay.shape, lay.stride, buf))
                 for (path, lay, _), prototype, buf in zip(self.fresh, self.fresh_prototypes, fresh_buffers)]
+        if _capture["recording"] is not None:
+            for _, t in made:
+                deferred.keep(t.untyped_storage())
         return self._assemble(args, kwargs, made)
 
     def _assemble(self, args, kwargs, made):

@@ -34,7 +34,7 @@ def eager_stats() -> dict:
 
 
 def _after_optimizer_step(optimizer, args, kwargs) -> None:
-    if deferred.has_pending():
+    if deferred.has_pending() and not deferred.capturing():  # (a captured step runs at its replay)
         deferred.flush("optimizer step")
 
 

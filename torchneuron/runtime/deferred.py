@@ -27,7 +27,6 @@ import functools
 import sys
 import threading
 import time
-import weakref
 
 import jax
 import numpy as np
@@ -41,11 +40,20 @@ MAX_NODES = 1024
 _LOG_FLUSHES = "flushes" in config.LOG
 
 
+class CaptureError(RuntimeError):
+    """An operation that needs a value from the device ran inside a graph capture."""
+
+
+# Who holds pending values registers here (storages, device_asserts): deferred imports none of them.
+BEFORE_FLUSH: list = []  # run before a flush: apply queued storage frees (their values die inside)
+AFTER_FLUSH: list = []  # run after a flush: replace computed Pending values by their arrays
+
+
 class Pending:
     """A value of the current segment that has not been computed yet: node `node`'s output `out`.
     Has the array's shape and dtype; `value` is the array once its segment ran."""
 
-    __slots__ = ("__weakref__", "dtype", "node", "out", "segment", "shape", "value")
+    __slots__ = ("dtype", "node", "out", "segment", "shape", "value")
 
     def __init__(self, segment, node: int, out: int, shape, dtype):
         self.segment = segment
@@ -60,15 +68,14 @@ class Pending:
 
 
 class Segment:
-    __slots__ = ("device", "input_index", "inputs", "nodes", "outputs", "structure")
+    __slots__ = ("device", "input_index", "inputs", "nodes", "outputs")
 
     def __init__(self):
         self.device = None  # the NeuronCore its plans run on
-        self.nodes: list = []  # (function, input refs)
-        self.structure: list = []  # per node: (function, refs) — the cache key's part
+        self.nodes: list = []  # (function, input refs): with the live outputs, the cache key
         self.inputs: list = []  # concrete arrays and host scalars the segment reads
         self.input_index: dict[int, int] = {}  # id(input) -> its position (one input per array)
-        self.outputs: list = []  # per node: its outputs' weak references
+        self.outputs: list = []  # per node: its Pending outputs
 
 
 _mode = {"fused": config.EAGER == "fused"}
@@ -81,6 +88,46 @@ STATS = collections.Counter()  # ops, segments, segment_compiles, and flush reas
 
 def recording() -> bool:
     return _mode["fused"]
+
+
+_capture = {"recording": None, "was_fused": False}  # the capture in progress (runtime/capture.py)
+
+
+def capturing() -> bool:
+    return _capture["recording"] is not None
+
+
+def start_capture(recording) -> None:
+    """Record into a fresh segment for a graph capture: no flush may run until stop_capture."""
+    global _segment
+    _segment = Segment()
+    _capture["recording"], _capture["was_fused"] = recording, _mode["fused"]
+    _mode["fused"] = True
+
+
+def stop_capture():
+    """(the capture's recording, its segment); recording goes back to what it was."""
+    global _segment
+    recording, segment = _capture["recording"], _segment
+    _capture["recording"] = None
+    _mode["fused"] = _capture["was_fused"]
+    _segment = Segment()
+    return recording, segment
+
+
+def note_storage_buffer(handle: int, buf) -> None:
+    """A storage materialised its buffer (zeros): a capture in progress reads it as that storage's."""
+    recording = _capture["recording"]
+    if recording is not None:
+        recording.handle_of[id(buf)] = handle
+        recording.previous.setdefault(handle, buf)
+
+
+def keep(storage) -> None:
+    """A storage the capture in progress writes: kept alive with its graph."""
+    recording = _capture["recording"]
+    if recording is not None:
+        recording.keep.append(storage)
 
 
 def has_pending() -> bool:
@@ -104,58 +151,68 @@ def fused(on: bool):
         set_fused(previous)
 
 
-def _aval(x):
-    return (x.shape, x.dtype)
-
-
-def _out_avals(function, flat) -> list:
-    signature = (function, *[(a.shape, a.dtype) for a in flat])
+def _out_avals(function, signature: tuple, flat) -> list:
+    """Shapes and dtypes of `function`'s outputs for inputs of `signature` (traced once each)."""
     found = _OUT_AVALS.get(signature)
     if found is None:
-        structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in flat]
+        structs = [jax.ShapeDtypeStruct(*aval) for aval in signature[1:]]
         out = jax.eval_shape(function.jitted, *structs)
         found = _OUT_AVALS[signature] = [(o.shape, o.dtype) for o in jax.tree_util.tree_leaves(out)]
     return found
 
 
-def record(function, flat, device_index: int) -> list:
+def record(function, flat, device_index: int, rng_at: int = -1) -> list:
     """Record a call of `function` (an executables.Function) on `flat`, on NeuronCore
-    `device_index`, in the current segment; returns its outputs as Pending values."""
+    `device_index`, in the current segment; returns its outputs as Pending values. `rng_at`: where
+    the call's generator (seed, offset) pair starts in `flat` (a capture draws it anew per replay)."""
     with _lock:
-        if _segment.device != device_index:
-            if _segment.nodes:  # one program runs on one core
-                flush("another core")
-            _segment.device = device_index
         segment = _segment
+        if segment.device != device_index:
+            if segment.nodes:  # one program runs on one core
+                flush("another core")
+                segment = _segment
+            segment.device = device_index
         refs = []
-        for a in flat:
+        signature = [function]
+        input_index = segment.input_index
+        recording = _capture["recording"]
+        for position, a in enumerate(flat):
             if type(a) is Pending:
-                if a.value is not None:
-                    a = a.value
-                elif a.segment is segment:
+                if a.value is None and a.segment is segment:
                     refs.append((a.node, a.out))
+                    signature.append((a.shape, a.dtype))
                     continue
-                else:  # a value of a segment flushed meanwhile without reaching it (not expected)
-                    a = concrete(a)
-            if not hasattr(a, "shape"):
+                a = concrete(a)  # (computed already: its array)
+            elif not hasattr(a, "dtype"):
                 a = np.asarray(a)
-            k = segment.input_index.get(id(a))
+            k = input_index.get(id(a))
             if k is None:
-                k = segment.input_index[id(a)] = len(segment.inputs)
+                k = input_index[id(a)] = len(segment.inputs)
                 segment.inputs.append(a)
+                if recording is not None:
+                    random = 0 <= rng_at <= position < rng_at + 2
+                    recording.sources.append(recording.source_of(a, device_index if random else None))
             refs.append(k)
+            signature.append((a.shape, a.dtype))
         node = len(segment.nodes)
-        avals = _out_avals(function, flat)
-        refs = tuple(refs)
-        segment.nodes.append((function, refs))
-        segment.structure.append((function, refs))
+        avals = _out_avals(function, tuple(signature), flat)
+        segment.nodes.append((function, tuple(refs)))
         outputs = [Pending(segment, node, i, shape, dtype) for i, (shape, dtype) in enumerate(avals)]
-        segment.outputs.append([weakref.ref(p) for p in outputs])
+        segment.outputs.append(outputs)
         STATS["ops"] += 1
-        if node + 1 >= MAX_NODES:
+        if node + 1 >= MAX_NODES and recording is None:
             flush("segment length")
             return [p.value for p in outputs]
         return outputs
+
+
+def _referenced_elsewhere() -> int:
+    """sys.getrefcount of a Pending held only by a segment's output list, as `_live` counts it."""
+    probe = [[object()]]
+    return max(sys.getrefcount(p) for outs in probe for p in outs)
+
+
+_HELD_BY_SEGMENT = _referenced_elsewhere()
 
 
 def concrete(value):
@@ -182,22 +239,28 @@ def flush(reason: str = "flush", drain: bool = True) -> None:
     with _lock:
         if not _segment.nodes:
             return
+        if _capture["recording"] is not None:
+            raise CaptureError(f"neuron: a graph capture cannot wait for the device ({reason}): values are "
+                               f"not computed while capturing (move item(), host copies, printing and "
+                               f"data-dependent ops out of the captured region)")
         if drain:  # freed storages' pending values die first, so they stay inside the program
-            from . import storages
-            storages.drain()
+            for hook in BEFORE_FLUSH:
+                hook()
             if not _segment.nodes:  # (drain flushed it: a storage grew from a pending value)
                 return
         segment, _segment = _segment, Segment()
         STATS["segments"] += 1
         STATS[f"flush:{reason}"] += 1
-        live = [(j, k, p) for j, refs in enumerate(segment.outputs) for k, ref in enumerate(refs)
-                if (p := ref()) is not None]
-        key = (tuple(segment.structure), tuple((j, k) for j, k, _ in live))
+        # live: a value something besides the segment refers to (a storage, a failure word, a caller)
+        live = [(j, k, p) for j, outs in enumerate(segment.outputs) for k, p in enumerate(outs)
+                if sys.getrefcount(p) > _HELD_BY_SEGMENT]
+        segment.outputs = []
+        key = (tuple(segment.nodes), tuple((j, k) for j, k, _ in live))
         program = _SEGMENTS.get(key)
         if program is None:
             STATS["segment_compiles"] += 1
             program = _SEGMENTS[key] = executables.Function(
-                _composed(segment.nodes, [(j, k) for j, k, _ in live]), "segment", f"segment of {len(segment.nodes)}",
+                composed(segment.nodes, [(j, k) for j, k, _ in live]), "segment", f"segment of {len(segment.nodes)}",
                 on_empty=functools.partial(_SEGMENTS.pop, key, None), identity=_identity(segment.nodes, live))
         started = time.perf_counter()
         new = not program.signatures
@@ -215,16 +278,12 @@ def flush(reason: str = "flush", drain: bool = True) -> None:
 
 
 def _rebind() -> None:
-    """Storages (and failure words) bound to computed Pending values get the arrays themselves."""
-    from . import device_asserts, storages
-    table = storages.table()
-    for handle, buf in list(table.items()):
-        if type(buf) is Pending and buf.value is not None:
-            table[handle] = buf.value
-    device_asserts.resolve_pending()
+    """Holders of computed Pending values (storages, failure words) take the arrays themselves."""
+    for hook in AFTER_FLUSH:
+        hook()
 
 
-def _composed(nodes, live):
+def composed(nodes, live):
     """The segment as one function of its inputs: each node's plan body on its inputs' values."""
     def program(*inputs):
         values = []
@@ -266,3 +325,4 @@ def stats() -> dict:
                 "segments": STATS["segments"], "segment_compiles": STATS["segment_compiles"],
                 "segment_hits": STATS["segments"] - STATS["segment_compiles"],
                 "cached_segments": len(_SEGMENTS), "pending_ops": len(_segment.nodes), "flushes": flushes}
+

@@ -46,6 +46,19 @@ def word(device_index: int) -> jax.Array:
     return found
 
 
+def words() -> dict:
+    """device index -> its failure word (the cores that ran a checking call)."""
+    return _words
+
+
+def set_word(device_index: int, value) -> None:
+    """Put back a word (a capture that ran nothing); None: the core's word as if never checked."""
+    if value is None:
+        _words.pop(device_index, None)
+    else:
+        _words[device_index] = value
+
+
 def update(device_index: int, new_word: jax.Array) -> None:
     """The word a checking executable returned."""
     _words[device_index] = new_word
@@ -73,3 +86,6 @@ def raise_failures() -> None:
             _words[index] = jnp.zeros_like(value)
             hint = "" if LAUNCH_BLOCKING else " (TORCHNEURON_LAUNCH_BLOCKING=1 raises at the op itself)"
             raise DeviceAssertError(f"neuron: device-side assert triggered: {_messages[code - 1]}{hint}")
+
+
+deferred.AFTER_FLUSH.append(resolve_pending)

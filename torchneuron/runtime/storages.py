@@ -50,6 +50,13 @@ def table() -> dict:
     return _buffers
 
 
+def _take_computed() -> None:
+    """After a fused segment ran: storages bound to its values hold the arrays themselves."""
+    for handle, buf in list(_buffers.items()):
+        if type(buf) is deferred.Pending and buf.value is not None:
+            _buffers[handle] = buf.value
+
+
 def maybe_drain() -> None:
     """The per-op safe point: apply queued events once a growth waits or frees have piled up.
     Frees can wait: an address is not reused before its buffer is dropped here."""
@@ -90,6 +97,7 @@ def buffer_of(t: torch.Tensor) -> jax.Array:
         buf = fit(None, dtype, t.untyped_storage().nbytes() // np.dtype(dtype).itemsize, t.device.index)
         if handle:
             _buffers[handle] = buf
+            deferred.note_storage_buffer(handle, buf)  # (a capture reads this storage afresh at replay)
     return buf
 
 
@@ -168,3 +176,7 @@ def fit(array: jax.Array | None, dtype, length: int, device_index: int) -> jax.A
     elif have > length:
         array = array[:length]
     return array
+
+
+deferred.BEFORE_FLUSH.append(drain)
+deferred.AFTER_FLUSH.append(_take_computed)

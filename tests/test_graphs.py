@@ -1,0 +1,117 @@
+"""Whole-step graphs on neuron: torch.neuron.NeuronGraph / graph / make_graphed_callables (CUDA's API)
+and torchneuron.capture, each against strict eager."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchneuron
+from torchneuron.runtime.capture import STATS, CaptureError
+from torchneuron.testing.models import GPT, batches
+
+
+def _gpt_step(seed=0):
+    torch.manual_seed(seed)
+    model = GPT().to("neuron")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, capturable=True)  # as CUDA graphs require
+
+    def step(x, y):
+        loss = model(x, y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    return model, step
+
+
+DATA = [(x.to("neuron"), y.to("neuron")) for x, y in batches("gpt", 20, batch=4)]
+
+
+def _strict_losses():
+    _, step = _gpt_step()
+    return torch.stack([step(x, y) for x, y in DATA]).cpu()
+
+
+def test_capture_replays_the_gpt_training_step_as_strict_eager():
+    want = _strict_losses()
+    _model, step = _gpt_step()
+    step = torchneuron.capture(step)
+    replays = STATS["replays"]
+    got = torch.stack([step(x, y) for x, y in DATA]).cpu()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert step.recordings == 1 and step.replays == 18  # call 1 eager, call 2 recorded, 18 replays
+    assert STATS["replays"] - replays == 18
+    assert len({id(loss) for loss in got}) == 20  # each replay returns its own loss tensor
+
+
+def test_capture_records_again_for_a_new_shape():
+    f = torchneuron.capture(lambda a, b: (a @ b).relu() + 1)
+    for n in (3, 3, 3, 5, 5, 5):
+        a, b = torch.randn(n, 4), torch.randn(4, 2)
+        torch.testing.assert_close(f(a.to("neuron"), b.to("neuron")).cpu(), (a @ b).relu() + 1)
+    assert f.recordings == 2 and f.replays == 2
+
+
+def test_neuron_graph_replays_after_new_data_is_copied_into_static_inputs():
+    want = _strict_losses()
+    model, step = _gpt_step()
+    static_x, static_y = DATA[0][0].clone(), DATA[0][1].clone()
+    step(static_x, static_y)  # warm-up: the optimizer makes its state
+    g = torch.neuron.NeuronGraph()
+    params_before = [p.detach().clone() for p in model.parameters()]
+    with torch.neuron.graph(g):
+        static_loss = step(static_x, static_y)
+    for p, before in zip(model.parameters(), params_before):  # capturing runs nothing, as on CUDA
+        torch.testing.assert_close(p.detach(), before, rtol=0, atol=0)
+    losses = [want[0]]
+    for x, y in DATA[1:]:
+        static_x.copy_(x)
+        static_y.copy_(y)
+        g.replay()
+        losses.append(static_loss.cpu().clone())
+    torch.testing.assert_close(torch.stack(losses), want, rtol=1e-5, atol=1e-6)
+
+
+def test_random_ops_draw_anew_at_each_replay():
+    x = torch.ones(1000, device="neuron")
+    f = torchneuron.capture(lambda t: F.dropout(t, 0.5))
+    masks = [f(x).cpu() for _ in range(4)]
+    assert all(not torch.equal(masks[i], masks[i + 1]) for i in range(3))
+    assert all(abs((m == 0).float().mean().item() - 0.5) < 0.1 for m in masks)
+
+
+def test_a_host_sync_inside_a_capture_is_an_error_naming_it():
+    x = torch.randn(4, device="neuron")
+    g = torch.neuron.NeuronGraph()
+    before = x.cpu()
+    with pytest.raises(CaptureError, match="cannot wait for the device"), torch.neuron.graph(g):
+        y = x * 2
+        y.sum().item()
+    torch.testing.assert_close(x.cpu(), before)
+    with pytest.raises(CaptureError, match="data-dependent aten.nonzero"), torch.neuron.graph(g):
+        (x * 2).nonzero()
+    assert (x + 1).sum().item() == pytest.approx((before + 1).sum().item())  # the device works on
+
+
+def test_make_graphed_callables_matches_eager_forward_and_backward():
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)).to("neuron")
+    reference = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    reference.load_state_dict({k: v.cpu() for k, v in module.state_dict().items()})
+    sample = torch.randn(5, 8, device="neuron", requires_grad=True)
+    graphed = torch.neuron.make_graphed_callables(module, (sample,))
+    for _ in range(3):
+        x = torch.randn(5, 8)
+        xn = x.to("neuron").requires_grad_()
+        xc = x.clone().requires_grad_()
+        module.zero_grad()
+        reference.zero_grad()
+        out = graphed(xn)
+        out.square().sum().backward()
+        reference(xc).square().sum().backward()
+        torch.testing.assert_close(out.detach().cpu(), reference(xc).detach(), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(xn.grad.cpu(), xc.grad, rtol=1e-5, atol=1e-5)
+        for p, q in zip(module.parameters(), reference.parameters()):
+            torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match="captured for"):
+        graphed(torch.randn(6, 8, device="neuron", requires_grad=True))

@@ -1,0 +1,222 @@
+"""Graphs on neuron: CUDA's graph API (`torch.neuron.NeuronGraph`, `torch.neuron.graph`,
+`torch.neuron.make_graphed_callables`) and `torchneuron.capture`, all on runtime/capture.py.
+
+    g = torch.neuron.NeuronGraph()
+    with torch.neuron.graph(g):          # records, runs nothing (CUDA's semantics)
+        static_loss = step(static_x, static_y)
+    for x, y in data:
+        static_x.copy_(x); static_y.copy_(y)
+        g.replay()                       # one executable call: forward, backward, optimizer step
+
+    step = torchneuron.capture(step)     # the convenience: tensor arguments bound per call
+    loss = step(x, y)                    # 1st call of a signature: eager; 2nd: recorded; then replayed
+
+As on CUDA: what the step reads besides its inputs (parameters, optimizer state) is read afresh at
+each replay, Python in the step does not run again (a learning rate or step count that lives in
+Python stays as captured: use `capturable=True` optimizers, as CUDA requires), random ops draw anew
+at each replay, and a host sync inside a capture (`item()`, printing, a host copy, a data-dependent
+op) raises.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch.utils import _pytree as pytree
+
+from .runtime import capture as _capture
+
+__all__ = ["NeuronGraph", "capture", "graph", "make_graphed_callables"]
+# What torch.neuron gains from this module (CUDA's names in torch.cuda).
+DEVICE_API = ("NeuronGraph", "graph", "make_graphed_callables")
+
+
+class NeuronGraph:
+    """A recorded sequence of neuron ops, replayed with one executable call (torch.cuda.CUDAGraph)."""
+
+    def __init__(self, keep_graph: bool = False):
+        self._graph = None
+
+    def capture_begin(self, pool=None, capture_error_mode: str = "global") -> None:
+        _capture.begin()
+
+    def capture_end(self) -> None:
+        self._graph = _capture.end(execute=False, keep_storages=[])
+
+    def replay(self) -> None:
+        if self._graph is None:
+            raise RuntimeError("NeuronGraph.replay(): nothing was captured")
+        self._graph.replay()
+
+    def reset(self) -> None:
+        self._graph = None
+
+    def pool(self):
+        return None  # one memory space: graphs need no private pool
+
+
+class graph:
+    """`with torch.neuron.graph(g): ...` records the block into NeuronGraph `g` (torch.cuda.graph)."""
+
+    def __init__(self, neuron_graph: NeuronGraph, pool=None, stream=None, capture_error_mode: str = "global"):
+        self.neuron_graph = neuron_graph
+
+    def __enter__(self):
+        torch.neuron.synchronize()
+        self.neuron_graph.capture_begin()
+
+    def __exit__(self, kind, value, traceback):
+        if kind is not None:
+            _capture.abort()
+            return False
+        self.neuron_graph.capture_end()
+        return False
+
+
+def _signature(args) -> tuple:
+    """What a recorded graph depends on in its arguments: every tensor's layout, dtype, device and
+    which arguments share a storage; every other value itself."""
+    leaves, spec = pytree.tree_flatten(args)
+    handles: dict[int, int] = {}
+    key = [spec]
+    for i, x in enumerate(leaves):
+        if isinstance(x, torch.Tensor):
+            handle = x.untyped_storage().data_ptr()
+            shared = handles.setdefault(handle, i) if handle else i
+            key.append((tuple(x.shape), x.stride(), x.storage_offset(), x.untyped_storage().nbytes(), x.dtype,
+                        x.device, x.requires_grad, shared))
+        else:
+            key.append((type(x), x))
+    return tuple(key)
+
+
+def _arg_handles(args) -> list[int]:
+    return [x.untyped_storage().data_ptr() for x in pytree.tree_leaves(args) if isinstance(x, torch.Tensor)]
+
+
+class _Captured:
+    """torchneuron.capture(fn): per argument signature, eager on the first call, recorded on the
+    second, replayed after."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.graphs: dict = {}  # signature -> (graph, result template, fresh result positions) | None
+        self.calls: dict = {}
+        self.recordings = 0
+        self.replays = 0
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args, **kwargs):
+        key = _signature((args, kwargs))
+        found = self.graphs.get(key)
+        if found is not None:
+            return self._replay(found, args, kwargs)
+        self.calls[key] = self.calls.get(key, 0) + 1
+        if self.calls[key] == 1:  # warm-up: lazily made state (optimizer moments) exists after it
+            return self.fn(*args, **kwargs)
+        return self._record(key, args, kwargs)
+
+    def _record(self, key, args, kwargs):
+        handles = _arg_handles((args, kwargs))
+        _capture.begin({h: i for i, h in reversed(list(enumerate(handles))) if h})
+        try:
+            result = self.fn(*args, **kwargs)
+        except BaseException:
+            _capture.abort()
+            raise
+        results = [x for x in pytree.tree_leaves(result) if isinstance(x, torch.Tensor)]
+        graph = _capture.end(execute=True, keep_storages=[t.untyped_storage() for t in results])
+        self.recordings += 1
+        if graph is None:
+            return result
+        fresh = {}  # result tensors that own their storage: new tensors at each replay
+        for n, t in enumerate(results):
+            if t.device.type == "neuron" and not t.storage_offset() and t.is_contiguous() \
+                    and t.numel() * t.element_size() == t.untyped_storage().nbytes():
+                place = ("storage", t.untyped_storage().data_ptr())
+                if place in graph.outputs:
+                    fresh[n] = graph.outputs.index(place)
+        self.graphs[key] = (graph, result, fresh)
+        return result
+
+    def _replay(self, found, args, kwargs):
+        graph, template, fresh = found
+        leaves, spec = pytree.tree_flatten(template)
+        tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
+        made = {n: torch.empty_like(tensors[n], memory_format=torch.contiguous_format) for n in fresh}
+        graph.replay(_arg_handles((args, kwargs)), {fresh[n]: t.data_ptr() for n, t in made.items()})
+        self.replays += 1
+        index = {id(t): n for n, t in enumerate(tensors)}
+        out = [made.get(index.get(id(x)), x) if isinstance(x, torch.Tensor) else x for x in leaves]
+        return pytree.tree_unflatten(out, spec)
+
+
+def capture(fn):
+    """`fn`, recorded once per argument signature and replayed as one executable call after: tensor
+    arguments are bound per call (no copies into static inputs), a new shape, dtype or device
+    records a new graph. The first call of a signature runs eagerly, so state that the step makes
+    lazily (optimizer moments) exists when the second call records it."""
+    return _Captured(fn)
+
+
+def make_graphed_callables(callables, sample_args, num_warmup_iters: int = 3, allow_unused_input: bool = False,
+                           pool=None):
+    """torch.cuda.make_graphed_callables on neuron: each callable's forward and backward recorded
+    as graphs from `sample_args`, replayed by the returned callable (inputs copied into the static
+    inputs, as on CUDA). A call with other shapes, dtypes or devices than the samples raises."""
+    single = not isinstance(callables, tuple)
+    if single:
+        callables, sample_args = (callables,), (sample_args,)
+    graphed = [_graph_one(fn, tuple(args), num_warmup_iters, allow_unused_input)
+               for fn, args in zip(callables, sample_args)]
+    return graphed[0] if single else tuple(graphed)
+
+
+def _graph_one(fn, static_inputs, warmup: int, allow_unused: bool):
+    params = tuple(p for p in fn.parameters() if p.requires_grad) if isinstance(fn, torch.nn.Module) else ()
+    differentiable = tuple(x for x in static_inputs if isinstance(x, torch.Tensor) and x.requires_grad) + params
+    for _ in range(warmup):
+        outputs = pytree.tree_leaves(fn(*static_inputs))
+        grads = torch.autograd.grad([o for o in outputs if o.requires_grad], differentiable,
+                                    grad_outputs=[torch.ones_like(o) for o in outputs if o.requires_grad],
+                                    allow_unused=allow_unused)
+        del outputs, grads
+    forward_graph, backward_graph = NeuronGraph(), NeuronGraph()
+    with graph(forward_graph):
+        static_outputs = fn(*static_inputs)
+    flat_outputs, output_spec = pytree.tree_flatten(static_outputs)
+    needs_grad = [o for o in flat_outputs if isinstance(o, torch.Tensor) and o.requires_grad]
+    static_grad_outputs = [torch.empty_like(o) for o in needs_grad]
+    with graph(backward_graph):
+        static_grads = torch.autograd.grad(needs_grad, differentiable, grad_outputs=static_grad_outputs,
+                                           allow_unused=allow_unused)
+
+    class Graphed(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *inputs):
+            for static, given in zip(static_inputs, inputs[:len(static_inputs)]):
+                if isinstance(static, torch.Tensor):
+                    if given.shape != static.shape or given.dtype != static.dtype or given.device != static.device:
+                        raise RuntimeError(f"graphed callable: an input of shape {tuple(given.shape)}, {given.dtype} "
+                                           f"on {given.device}, but it was captured for {tuple(static.shape)}, "
+                                           f"{static.dtype} on {static.device}; capture another graph for it")
+                    if given.data_ptr() != static.data_ptr():
+                        static.copy_(given)
+            forward_graph.replay()
+            return tuple(o.detach() for o in flat_outputs)
+
+        @staticmethod
+        def backward(ctx, *grads):
+            for static, given in zip(static_grad_outputs, grads):
+                static.copy_(given)
+            backward_graph.replay()
+            grads_in = iter(static_grads)
+            result = [next(grads_in).detach() if isinstance(x, torch.Tensor) and x.requires_grad else None
+                      for x in static_inputs]
+            return (*result, *[g.detach() if g is not None else None for g in grads_in])
+
+    def graphed(*inputs):
+        outputs = Graphed.apply(*inputs, *params)
+        return pytree.tree_unflatten(list(outputs), output_spec)
+
+    return graphed

@@ -1,0 +1,181 @@
+"""Whole-step graphs: a recorded segment replayed as one executable call (CUDA graphs on neuron).
+
+Capturing records the ops of a block (or a function's call) exactly as fused eager records them
+(runtime/deferred.py), and notes where each of the segment's inputs comes from, so that a replay
+reads them afresh:
+
+    ("storage", handle)   a storage's buffer at replay time (parameters, static inputs, state)
+    ("arg", i)            the i-th tensor argument's storage (torchneuron.capture: bound per call)
+    ("rng", device)       a new (seed, offset) of the device's generator: each replay draws anew
+    ("word", device)      the device's failure word (device-side asserts)
+    ("const", value)      a value fixed at capture (a Python scalar, a host copy made inside)
+
+and which storages its live values go to. A host sync inside a capture (`item()`, a host copy, a
+data-dependent op, a CPU fallback) raises, naming the op, as CUDA does. One replay is one call of
+one executable; the storages written by the step are kept alive by the graph, as CUDA's graph keeps
+its memory pool.
+"""
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+
+from . import deferred, device_asserts, executables, generators, storages
+
+STATS = collections.Counter()  # captures, replays
+
+
+CaptureError = deferred.CaptureError
+
+
+class _Recording:
+    """What a capture in progress knows: the storages' buffers when it began, the argument storages."""
+
+    def __init__(self, arg_handles: dict[int, int]):
+        self.previous = dict(storages.table())  # handle -> buffer when the capture began
+        self.previous_words = dict(device_asserts.words())
+        self.handle_of = {id(buf): handle for handle, buf in self.previous.items()}
+        self.words = {id(w): index for index, w in self.previous_words.items()}
+        self.arg_handles = arg_handles  # storage handle -> argument position
+        self.sources: list = []  # per segment input, in order
+        self.keep: list = []  # storages written inside: kept alive with the graph
+
+    def source_of(self, value, rng_device) -> tuple:
+        if rng_device is not None:
+            return ("rng", rng_device)
+        word = self.words.get(id(value))
+        if word is not None:
+            return ("word", word)
+        handle = self.handle_of.get(id(value))
+        if handle is None:
+            return ("const", value)
+        arg = self.arg_handles.get(handle)
+        return ("arg", arg) if arg is not None else ("storage", handle)
+
+
+class Graph:
+    """A captured step: one executable, where its inputs come from and where its values go."""
+
+    def __init__(self, program, inputs, sources, outputs, device, keep):
+        self.program = program
+        self.inputs = inputs  # the values at capture (consts are read from here)
+        self.sources = sources
+        self.outputs = outputs  # per program output: ("storage", handle) | ("arg", i) | ("word", d)
+        self.device = device
+        self.keep = keep
+
+    def replay(self, arg_handles: list[int] | None = None, fresh: dict | None = None) -> None:
+        """Run the step on the storages' current buffers; bind its values. `arg_handles`: the
+        storages of this call's tensor arguments; `fresh`: output position -> handle to bind
+        instead (new result tensors)."""
+        deferred.flush("graph replay")
+        storages.drain()
+        table = storages.table()
+        values = []
+        rng = None
+        for (kind, where), captured in zip(self.sources, self.inputs):
+            if kind == "storage":
+                values.append(table[where])
+            elif kind == "arg":
+                values.append(table[arg_handles[where]])
+            elif kind == "rng":
+                if rng is None or len(rng) == 0:
+                    seed, offset = generators.next_seed_and_offset(_torch_device(where), None)
+                    rng = [np.uint64(offset), np.uint64(seed)]
+                values.append(rng.pop())
+            elif kind == "word":
+                values.append(device_asserts.word(where))
+            else:
+                values.append(captured)
+        results = self.program(*values)
+        for position, ((kind, where), value) in enumerate(zip(self.outputs, results)):
+            if fresh is not None and position in fresh:
+                table[fresh[position]] = value
+            elif kind == "storage":
+                table[where] = value
+            elif kind == "arg":
+                table[arg_handles[where]] = value
+            elif kind == "word":
+                device_asserts.update(where, value)
+        STATS["replays"] += 1
+
+
+def _torch_device(index: int):
+    import torch
+    return torch.device("neuron", index)
+
+
+def begin(arg_handles: dict[int, int] | None = None) -> None:
+    """Start recording a graph (fused eager's pending work runs first)."""
+    if deferred.capturing():
+        raise CaptureError("neuron: a graph capture is already in progress")
+    deferred.flush("graph capture")
+    storages.drain()
+    deferred.start_capture(_Recording(arg_handles or {}))
+
+
+def abort() -> None:
+    """Drop a capture that failed: every storage keeps the value it had before it."""
+    if deferred.capturing():
+        recording, segment = deferred.stop_capture()
+        _restore(recording, segment, storages.table())
+
+
+def end(execute: bool, keep_storages: list) -> Graph | None:
+    """Finish recording: the Graph. With `execute` the recorded step also runs now (its values
+    bound, as if run eagerly); without it (CUDA's capture) every storage keeps the value it had
+    before the capture until the first replay. None if nothing was recorded."""
+    recording, segment = deferred.stop_capture()
+    storages.drain()
+    table = storages.table()
+    bound = {}  # (node, out) -> ("storage", handle) | ("arg", i): where the live values go
+    for handle, buf in table.items():
+        if type(buf) is deferred.Pending and buf.segment is segment:
+            arg = recording.arg_handles.get(handle)
+            bound.setdefault((buf.node, buf.out), []).append(("arg", arg) if arg is not None else ("storage", handle))
+    for index, word in device_asserts.words().items():
+        if type(word) is deferred.Pending and word.segment is segment:
+            bound.setdefault((word.node, word.out), []).append(("word", index))
+    if not segment.nodes:
+        return None
+    live, outputs = [], []
+    for (node, out), places in sorted(bound.items()):
+        for place in places:
+            live.append((node, out))
+            outputs.append(place)
+    program = executables.Function(deferred.composed(segment.nodes, live), "graph",
+                                   f"graph of {len(segment.nodes)} ops")
+    graph = Graph(program, segment.inputs, recording.sources, outputs, segment.device,
+                  keep_storages + recording.keep)
+    STATS["captures"] += 1
+    if execute:
+        results = program(*segment.inputs)
+        _bind_results(graph, results, recording.arg_handles)
+    else:
+        _restore(recording, segment, table)
+    return graph
+
+
+def _bind_results(graph, results, arg_handles) -> None:
+    table = storages.table()
+    by_position = {i: h for h, i in arg_handles.items()}
+    for (kind, where), value in zip(graph.outputs, results):
+        if kind == "storage":
+            table[where] = value
+        elif kind == "arg":
+            table[by_position[where]] = value
+        else:
+            device_asserts.update(where, value)
+
+
+def _restore(recording, segment, table) -> None:
+    """CUDA's capture runs nothing: storages written inside get back their buffers from before;
+    those made inside are zeros until the first replay."""
+    for handle, buf in list(table.items()):
+        if type(buf) is deferred.Pending and buf.segment is segment:
+            old = recording.previous.get(handle)
+            table[handle] = old if old is not None else storages.zeros(buf.shape[0], buf.dtype, segment.device)
+    for index, word in device_asserts.words().items():
+        if type(word) is deferred.Pending and word.segment is segment:
+            device_asserts.set_word(index, recording.previous_words.get(index))
