@@ -93,10 +93,10 @@ def torch_case(device, compile_backend=None):
     return (first_call(step, sync), step, sync), (first_call(forward, sync), forward, sync)
 
 
-def jax_case():
+def jax_case(batch: int = 4):
     model = GPT()
     params = {k: jnp.asarray(v.detach().numpy()) for k, v in model.named_parameters()}
-    x, y = (jnp.asarray(t.numpy()) for t in next(iter(batches("gpt", 1, batch=4))))
+    x, y = (jnp.asarray(t.numpy()) for t in next(iter(batches("gpt", 1, batch=batch))))
 
     def layer_norm(h, p):
         mean = h.mean(-1, keepdims=True)

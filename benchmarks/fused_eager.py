@@ -6,14 +6,19 @@
    synchronized at the end: µs per op on PyTorch CPU, neuron strict and neuron fused (the whole loop
    is one recorded segment, one program).
 2. The small GPT's training step (forward, backward, AdamW; the model of benchmarks/compile.py):
-   ms per step in neuron strict eager, fused eager (one segment per step, cut at optimizer.step) and
-   torch.compile(backend="neuron") (benchmarks/compile.py compares that with CPU and jax.jit).
+   ms per step in neuron strict eager, fused eager (one segment per step, cut at optimizer.step),
+   torch.compile(backend="neuron"), the step captured once and replayed (`torchneuron.capture`,
+   AdamW(capturable=True) as CUDA graphs require), and the same model as a jax.jit step; and the
+   forward at batch 1 replayed against jax.jit. The first capture's seconds (warm-up call + record).
 Each case first runs until its programs are compiled; cases are timed in interleaved rounds, each
 reporting its fastest round (timing.py).
 """
 from __future__ import annotations
 
+import time
+
 import torch
+from compile import jax_case
 from timing import interleaved_seconds_per_call, sync_for
 
 import torchneuron
@@ -43,26 +48,50 @@ class _nothing:
         return False
 
 
-def gpt_step(device: str, mode: str | None = None, compiled: bool = False):
+def gpt_step(device: str, mode: str | None = None, compiled: bool = False, captured: bool = False):
     torch.manual_seed(0)
     model = GPT().to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, capturable=captured)
     x, y = (t.to(device) for t in next(iter(batches("gpt", 1, batch=4))))
 
-    def step():
+    def step(x, y):
         loss = model(x, y)
         opt.zero_grad()
         loss.backward()
         opt.step()
         return loss
 
-    run = torch.compile(step, backend="neuron") if compiled else step
+    if compiled:
+        step = torch.compile(step, backend="neuron")
+    elif captured:
+        step = torchneuron.capture(step)
+        started = time.perf_counter()
+        step(x, y)
+        step(x, y)
+        torch.neuron.synchronize()
+        print(f"first capture of the GPT step: {time.perf_counter() - started:.2f} s")
+
+    def run():
+        return step(x, y)
 
     def in_mode():
         with torchneuron.eager_mode(mode) if mode else _nothing():
             return run()
 
     return in_mode, sync_for(device)
+
+
+def gpt_forward():
+    torch.manual_seed(0)
+    model = GPT().to("neuron").eval()
+    x = next(iter(batches("gpt", 1, batch=1)))[0].to("neuron")
+
+    @torchneuron.capture
+    def forward(x):
+        with torch.no_grad():
+            return model(x)
+
+    return (lambda: forward(x)), sync_for("neuron")
 
 
 def main():
@@ -73,12 +102,21 @@ def main():
     for name, seconds in per_loop.items():
         print(f"  {name:14} {seconds / OPS * 1e6:8.2f} µs {seconds / per_loop['cpu']:7.2f}x")
 
-    steps = {"neuron strict": gpt_step("neuron", "strict"),
-             "neuron fused": gpt_step("neuron", "fused"), "neuron compiled": gpt_step("neuron", compiled=True)}
+    (_, jax_step, jax_sync), _ = jax_case()
+    _, (_, jax_forward, jax_forward_sync) = jax_case(batch=1)
+    steps = {"jax.jit": (jax_step, jax_sync), "neuron strict": gpt_step("neuron", "strict"),
+             "neuron fused": gpt_step("neuron", "fused"), "neuron compiled": gpt_step("neuron", compiled=True),
+             "neuron captured": gpt_step("neuron", captured=True)}
     per_step = interleaved_seconds_per_call(steps, 10, 10, warmup=3)
-    print("small GPT training step (ms, x neuron compiled):")
+    print("small GPT training step (ms, x neuron compiled, x jax.jit):")
     for name, seconds in per_step.items():
-        print(f"  {name:16} {seconds * 1e3:8.3f} ms {seconds / per_step['neuron compiled']:7.2f}x")
+        print(f"  {name:16} {seconds * 1e3:8.3f} ms {seconds / per_step['neuron compiled']:7.2f}x "
+              f"{seconds / per_step['jax.jit']:7.2f}x")
+    forwards = {"jax.jit": (jax_forward, jax_forward_sync), "neuron captured": gpt_forward()}
+    per_forward = interleaved_seconds_per_call(forwards, 10, 10, warmup=3)
+    print("small GPT forward, batch 1 (ms, x jax.jit):")
+    for name, seconds in per_forward.items():
+        print(f"  {name:16} {seconds * 1e3:8.3f} ms {seconds / per_forward['jax.jit']:7.2f}x")
     stats = torchneuron.eager_stats()
     print(f"fused: {stats['segments']} segments run, {stats['segment_compiles']} compiled, "
           f"flushes {stats['flushes']}")

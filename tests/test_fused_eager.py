@@ -54,6 +54,7 @@ def test_a_segment_runs_once_as_one_program():
         value = y.cpu()
         after = torchneuron.eager_stats()
     assert after["segments"] == before["segments"] + 1
+    assert after["values_out"] == before["values_out"] + 1  # the 99 intermediates died inside the program
     expected = x.cpu()
     for _ in range(50):
         expected = expected * 1.01 + 0.5

@@ -201,26 +201,32 @@ def record(function, flat, device_index: int, rng_at: int = -1) -> list:
         segment.outputs.append(outputs)
         STATS["ops"] += 1
         if node + 1 >= MAX_NODES and recording is None:
+            held = list(outputs)  # (the caller's values: referenced, so live in the flush)
             flush("segment length")
-            return [p.value for p in outputs]
+            return [p.value for p in held]
         return outputs
 
 
-def _referenced_elsewhere() -> int:
-    """sys.getrefcount of a Pending held only by a segment's output list, as `_live` counts it."""
-    probe = [[object()]]
-    return max(sys.getrefcount(p) for outs in probe for p in outs)
+def _references(outs: list, k: int) -> int:
+    return sys.getrefcount(outs[k])
 
 
-_HELD_BY_SEGMENT = _referenced_elsewhere()
+# references to an object held only by a list, counted exactly as _referenced_elsewhere counts them
+_HELD_BY_LIST = _references([object()], 0)
 
 
-def concrete(value):
-    """`value` as an array: a Pending value's segment is flushed first."""
+def _referenced_elsewhere(outs: list, k: int) -> bool:
+    """Whether output `outs[k]` is referred to by anything besides the segment's list."""
+    return _references(outs, k) > _HELD_BY_LIST
+
+
+def concrete(value, drain: bool = True):
+    """`value` as an array: a Pending value's segment is flushed first (`drain` False: from inside
+    the storages' own drain, which must not run again)."""
     if type(value) is not Pending:
         return value
     if value.value is None:
-        flush("value needed", drain=False)
+        flush("value needed", drain=drain)
     if value.value is None:  # (its segment ran, but this value was not live then)
         raise RuntimeError(f"neuron: internal error: {value!r} was read after its segment dropped it")
     return value.value
@@ -252,9 +258,10 @@ def flush(reason: str = "flush", drain: bool = True) -> None:
         STATS["segments"] += 1
         STATS[f"flush:{reason}"] += 1
         # live: a value something besides the segment refers to (a storage, a failure word, a caller)
-        live = [(j, k, p) for j, outs in enumerate(segment.outputs) for k, p in enumerate(outs)
-                if sys.getrefcount(p) > _HELD_BY_SEGMENT]
+        live = [(j, k, outs[k]) for j, outs in enumerate(segment.outputs) for k in range(len(outs))
+                if _referenced_elsewhere(outs, k)]
         segment.outputs = []
+        STATS["values_out"] += len(live)
         key = (tuple(segment.nodes), tuple((j, k) for j, k, _ in live))
         program = _SEGMENTS.get(key)
         if program is None:
@@ -318,11 +325,13 @@ def _failed_node(segment, error: Exception) -> Exception:
 
 def stats() -> dict:
     """Fused eager's counters: ops recorded, segments run, segments compiled (the rest were cache
-    hits), cached segment programs, and the number of flushes per reason."""
+    hits), values the segments handed out (the rest stayed inside their programs), cached segment
+    programs, and the number of flushes per reason."""
     with _lock:
         flushes = {k.split(":", 1)[1]: v for k, v in STATS.items() if k.startswith("flush:")}
         return {"mode": "fused" if _mode["fused"] else "strict", "ops": STATS["ops"],
                 "segments": STATS["segments"], "segment_compiles": STATS["segment_compiles"],
                 "segment_hits": STATS["segments"] - STATS["segment_compiles"],
-                "cached_segments": len(_SEGMENTS), "pending_ops": len(_segment.nodes), "flushes": flushes}
+                "values_out": STATS["values_out"], "cached_segments": len(_SEGMENTS),
+                "pending_ops": len(_segment.nodes), "flushes": flushes}
 

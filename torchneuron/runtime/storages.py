@@ -77,7 +77,7 @@ def drain() -> None:
                 elif kind == EVENT_GROW:
                     old = _buffers.get(handle)
                     if type(old) is deferred.Pending:  # a storage grows from a value not computed yet
-                        old = deferred.concrete(old)
+                        old = deferred.concrete(old, drain=False)
                     if old is not None:
                         itemsize = old.dtype.itemsize
                         _buffers[new_handle] = fit(old[: nbytes // itemsize], old.dtype,
