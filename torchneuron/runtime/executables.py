@@ -43,6 +43,8 @@ _MIN_ENTRY_BYTES = 64 << 10
 _QUICK = {"xla_backend_optimization_level": 0}
 _QUICK_BYTES = 1 << 20
 _QUICK_PLATFORM = config.PLATFORM == "cpu"  # (measured there; accelerators' compilers differ)
+# Only single ops' programs: compiled graphs, fused segments and captured graphs run many ops many times.
+_QUICK_KINDS = ("eager", "runtime")
 
 
 # What an executable raises, before running anything, for arguments it was not compiled for: another
@@ -147,7 +149,7 @@ class ExecutableCache:
         with self._lock:
             self.stats["misses"] += 1
             before, started = _resident(), time.perf_counter()
-            quick = _QUICK_PLATFORM and function.kind != "compile" and _argument_bytes(args) <= _QUICK_BYTES
+            quick = _QUICK_PLATFORM and function.kind in _QUICK_KINDS and _argument_bytes(args) <= _QUICK_BYTES
             options = _QUICK if quick else None
             key = compilation_cache.stored_key(function.identity, args, options) if function.identity else None
             compiled = compilation_cache.load(key, args) if key is not None else None
