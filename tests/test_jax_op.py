@@ -228,3 +228,19 @@ def test_tensors_on_different_devices_are_an_error():
         sum_and_product(x, torch.ones(3))
     with pytest.raises(RuntimeError, match="one device"):
         torch.compile(sum_and_product, backend="neuron")(x, torch.ones(3, device="neuron:1"))
+
+
+def test_the_op_inside_a_fused_segment_and_a_captured_graph():
+    x, w = torch.randn(6, 32), torch.randn(32)
+    want = rms_norm(x, w, 1e-5) * 2
+    xn, wn = x.to("neuron"), w.to("neuron")
+    with torchneuron.eager_mode("fused"):
+        before = torchneuron.eager_stats()["pending_ops"]
+        got = rms_norm(xn, wn, 1e-5) * 2
+        assert torchneuron.eager_stats()["pending_ops"] == before + 2  # the op is one node of the segment
+        torch.testing.assert_close(got.cpu(), want)
+    step = torchneuron.capture(lambda a, b: rms_norm(a, b, 1e-5) * 2)
+    for _ in range(3):
+        x = torch.randn(6, 32)
+        torch.testing.assert_close(step(x.to("neuron"), wn).cpu(), rms_norm(x, w, 1e-5) * 2)
+    assert step.recordings == 1 and step.replays == 1
