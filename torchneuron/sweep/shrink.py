@@ -19,7 +19,8 @@ IMAGE = 64
 _LAYERS = {"num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers", "encoder_layers",
            "num_decoder_layers", "num_encoder_layers", "text_num_hidden_layers"}
 _HIDDEN = {"hidden_size", "n_embd", "d_model", "embed_dim", "n_embed", "dim", "model_dim", "word_embed_proj_dim",
-           "embedding_size", "hidden_dim", "d_embed", "d_latents"}
+           "embedding_size", "hidden_dim", "d_embed", "d_latents",
+           "out_hidden_size"}  # a vision tower's out_hidden_size is the text model's width
 _HEADS = {"num_attention_heads", "n_head", "num_heads", "n_heads", "decoder_attention_heads",
           "encoder_attention_heads", "num_attention_heads_text"}
 _KV_HEADS = {"num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num", "n_head_kv",
@@ -38,7 +39,7 @@ _SMALL_DIMS = {"q_lora_rank": 32, "kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk
                "num_memory_tokens": 0, "rotary_dim": HEAD_DIM, "num_latents": 16}
 _LAYER_LISTS = ("layer_types", "layers_block_type", "block_types", "hybrid_override_pattern", "attn_type_list",
                 "mlp_layer_types", "layer_type")
-_LAYER_COUNT = re.compile(r"^num_\w*(layers|attends_per_block)$")  # num_self_attends_per_block (Perceiver)
+_LAYER_COUNT = re.compile(r"^num_\w*attends_per_block$")  # num_self_attends_per_block (Perceiver)
 _HEAD_COUNT = re.compile(r"^num_\w*_heads$")  # num_cross_attention_heads and kin
 _IMAGE_SIZES = {"image_size", "img_size", "input_size", "crop_size"}
 # Per-stage lists (vision backbones, audio feature encoders): widths, block counts, head counts.
@@ -91,6 +92,8 @@ def shrink_dict(d: dict) -> dict:
             out[key] = HEADS  # left for the model to derive, which some never do (Nemotron)
         elif key == "vocab_size" and value is None:
             out[key] = VOCAB  # set from the checkpoint's vocabulary file (ESM)
+        elif isinstance(value, dict) and _int_list(value.get("mrope_section")):
+            out[key] = {**value, "mrope_section": _mrope(value["mrope_section"])}
         elif _int_list(value):
             out[key] = _shrink_list(key, value)
         elif isinstance(value, bool) or not isinstance(value, int):
@@ -105,6 +108,14 @@ def shrink_dict(d: dict) -> dict:
     _keep_layer_kinds(out)
     _trim_per_layer(d, out)
     _derived_head_dims(d, out)
+    return out
+
+
+def _mrope(sections: list) -> list:
+    """Multimodal rotary sections (time, height, width) split head_dim / 2: keep the proportions."""
+    total = HEAD_DIM // 2
+    out = [max(1, v * total // sum(sections)) for v in sections]
+    out[-1] += total - sum(out)
     return out
 
 
@@ -212,4 +223,18 @@ def shrink(config_class, model_type: str):
         d.pop(key, None)
     config = config_class.from_dict(d)
     config.architectures = []  # auto classes with several heads per model type (DeiT's) iterate it
+    _set_mrope(config)
     return config
+
+
+def _set_mrope(config) -> None:
+    """Configs whose models read rope_parameters["mrope_section"] and default it in the modeling code
+    to full-size sections (Qwen2-VL's [16, 24, 24]) get sections that fit the shrunk head_dim."""
+    for key in getattr(config, "sub_configs", {}):
+        sub = getattr(config, key, None)
+        if sub is not None and hasattr(sub, "to_dict"):
+            _set_mrope(sub)
+    rope = getattr(config, "rope_parameters", None)
+    if "mrope_section" in getattr(config, "ignore_keys_at_rope_validation", ()) and isinstance(rope, dict) \
+            and "mrope_section" not in rope:
+        config.rope_parameters = {**rope, "mrope_section": _mrope([16, 24, 24])}

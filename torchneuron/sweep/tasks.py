@@ -5,6 +5,7 @@ Adding a task is adding one `Task` to `TASKS`; the runner and worker read nothin
 """
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -92,21 +93,23 @@ def image_label_inputs(model) -> dict:
 
 
 def audio(model, g: torch.Generator) -> dict:
-    """The model's main audio input: a raw waveform (`input_values`) or features (`input_features`),
-    mel bins first where the config names `num_mel_bins` (Whisper's layout), frames first otherwise."""
+    """The model's main audio input: a raw waveform (`input_values`) or features (`input_features`).
+    Whisper-style encoders (a fixed `max_source_positions` over mel bins) take mel bins first and
+    exactly twice that many frames; the others take frames first, one row of features each, and a
+    frame mask (Parakeet sums it for the output lengths)."""
     config = model.config
     name = model.main_input_name
     if name == "input_values":
         return {name: torch.randn(BATCH, AUDIO_SAMPLES, generator=g)}
     enc = getattr(config, "encoder_config", None) or getattr(config, "audio_config", None) or config
     positions = getattr(enc, "max_source_positions", None)
-    frames = 2 * positions if positions else AUDIO_FRAMES  # Whisper's encoder halves the frames once
     mels = getattr(enc, "num_mel_bins", None)
-    if mels:
-        return {name: torch.randn(BATCH, mels, frames, generator=g)}
-    feat = getattr(enc, "feature_size", None) or getattr(enc, "input_feat_per_channel", None) or 80
-    feat *= getattr(enc, "input_channels", 1)
-    return {name: torch.randn(BATCH, frames, feat, generator=g)}
+    if positions and mels:
+        return {name: torch.randn(BATCH, mels, 2 * positions, generator=g)}
+    width = (getattr(enc, "feature_projection_input_dim", None) or mels or getattr(enc, "feature_size", None)
+             or getattr(enc, "input_feat_per_channel", 80) * getattr(enc, "input_channels", 1))
+    features = torch.randn(BATCH, AUDIO_FRAMES, width, generator=g)
+    return {name: features, "attention_mask": torch.ones(BATCH, AUDIO_FRAMES, dtype=torch.long)}
 
 
 def ctc_inputs(model) -> dict:
@@ -117,6 +120,10 @@ def ctc_inputs(model) -> dict:
 
 
 def speech_seq2seq_inputs(model) -> dict:
+    """Audio and decoder labels. Audio language models whose main input is token ids (Voxtral,
+    Granite Speech) take audio only behind audio tokens; they run on text alone here."""
+    if model.main_input_name == "input_ids":
+        return text_inputs(model)
     g = _generator()
     batch = audio(model, g)
     batch["labels"] = _ids(model, (BATCH, SEQ), g)
@@ -131,19 +138,47 @@ def _image_token_count(features) -> int:
     return rows // BATCH
 
 
+def _patch_grid(vision, g: torch.Generator) -> tuple[torch.Tensor, dict]:
+    """Qwen2-VL-style inputs: each image a 2x2 grid of merged patches, pixels flattened per patch."""
+    patch = vision.patch_size if isinstance(vision.patch_size, int) else vision.patch_size[0]
+    merge = getattr(vision, "spatial_merge_size", 1)
+    temporal = getattr(vision, "temporal_patch_size", 1)
+    temporal = temporal if isinstance(temporal, int) else temporal[0]
+    channels = getattr(vision, "in_channels", None) or getattr(vision, "num_channels", 3)
+    side = 2 * merge
+    pixels = torch.randn(BATCH * side * side, channels * temporal * patch * patch, generator=g)
+    return pixels, {"image_grid_thw": torch.tensor([[1, side, side]] * BATCH)}
+
+
+def vision_inputs(model, g: torch.Generator) -> dict:
+    """Pixels plus what the model's get_image_features asks for beyond them (grids, image sizes)."""
+    params = inspect.signature(model.get_image_features).parameters
+    vision = getattr(model.config, "vision_config", None) or model.config
+    if "image_grid_thw" in params:
+        pixels, extra = _patch_grid(vision, g)
+    else:
+        pixels, extra = pixel_values(model.config, g), {}
+    if "image_sizes" in params:
+        extra["image_sizes"] = torch.tensor([list(pixels.shape[-2:])] * BATCH)
+    return {"pixel_values": pixels, **extra}
+
+
 @torch.no_grad()
 def image_text_inputs(model) -> dict:
     """Images plus text that starts with one image token per image feature row: the count comes from
     running the model's own vision path once, so no per-model token arithmetic."""
     g = _generator()
-    pixels = pixel_values(model.config, g)
-    n = _image_token_count(model.get_image_features(pixel_values=pixels))
+    vision = vision_inputs(model, g)
+    n = _image_token_count(model.get_image_features(**vision))
     token = getattr(model.config, "image_token_id", None)
     token = token if token is not None else model.config.image_token_index
     text = _ids(model, (BATCH, SEQ), g)
     ids = torch.cat([torch.full((BATCH, n), token), text], dim=1)
     labels = torch.cat([torch.full((BATCH, n), -100), text], dim=1)
-    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "pixel_values": pixels, "labels": labels}
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), **vision, "labels": labels}
+    if "mm_token_type_ids" in inspect.signature(model.forward).parameters:
+        batch["mm_token_type_ids"] = (ids == token).long()  # Qwen2-VL's M-RoPE: 1 marks image tokens
+    return batch
 
 
 def decoder_start(config) -> None:
