@@ -59,6 +59,7 @@ OVERRIDES: dict[str, dict] = {
     "gpt_neo": {"attention_types": [[["global", "local"], 1]]},
     "xmod": {"default_language": "en_XX"},
     "esm": {"pad_token_id": 1, "mask_token_id": 2},
+    "mobilebert": {"embedding_size": 32},  # its MLM head widens embeddings by hidden - embedding_size
     "efficientnet": {"width_coefficient": 1.0, "hidden_dim": 1280},  # hidden_dim is the top conv's width
     "layoutlmv3": {"coordinate_size": 10, "shape_size": 12},  # 4 coordinates and 2 shapes fill hidden_size
     "perceiver": {"max_position_embeddings": 8},  # its masked-LM decoder emits one row per position

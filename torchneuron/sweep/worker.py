@@ -81,7 +81,7 @@ def _to(batch: dict, device) -> dict:
 
 
 def _grads(model) -> dict:
-    named = [(n, p) for n, p in model.named_parameters() if p.grad is not None]
+    named = [(n, p) for n, p in model.named_parameters() if p.grad is not None and p.numel()]  # MobileBERT has an empty one
     picks = {named[i * (len(named) - 1) // max(GRAD_PARAMS - 1, 1)] for i in range(GRAD_PARAMS)} if named else []
     return {n: p.grad.detach().float().cpu() for n, p in picks}
 
