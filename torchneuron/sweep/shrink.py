@@ -59,6 +59,7 @@ OVERRIDES: dict[str, dict] = {
     "gpt_neo": {"attention_types": [[["global", "local"], 1]]},
     "xmod": {"default_language": "en_XX"},
     "esm": {"pad_token_id": 1, "mask_token_id": 2},
+    "lilt": {"hidden_size": 48},  # six box embeddings of hidden_size // 6 must fill the hidden size
     "mobilebert": {"embedding_size": 32},  # its MLM head widens embeddings by hidden - embedding_size
     "efficientnet": {"width_coefficient": 1.0, "hidden_dim": 1280},  # hidden_dim is the top conv's width
     "layoutlmv3": {"coordinate_size": 10, "shape_size": 12},  # 4 coordinates and 2 shapes fill hidden_size
@@ -237,5 +238,5 @@ def _set_mrope(config) -> None:
             _set_mrope(sub)
     rope = getattr(config, "rope_parameters", None)
     if "mrope_section" in getattr(config, "ignore_keys_at_rope_validation", ()) and isinstance(rope, dict) \
-            and "mrope_section" not in rope:
+            and "rope_type" in rope and "mrope_section" not in rope:  # not per-layer-type tables
         config.rope_parameters = {**rope, "mrope_section": _mrope([16, 24, 24])}
