@@ -61,6 +61,7 @@ OVERRIDES: dict[str, dict] = {
     "esm": {"pad_token_id": 1, "mask_token_id": 2},
     "lilt": {"hidden_size": 48},  # six box embeddings of hidden_size // 6 must fill the hidden size
     "mobilebert": {"embedding_size": 32},  # its MLM head widens embeddings by hidden - embedding_size
+    "cvt": {"depth": [1, 2, 3]},  # its last stage indexes drop-path rates by stage number, so needs depth > 2
     "efficientnet": {"width_coefficient": 1.0, "hidden_dim": 1280},  # hidden_dim is the top conv's width
     "layoutlmv3": {"coordinate_size": 10, "shape_size": 12},  # 4 coordinates and 2 shapes fill hidden_size
     "perceiver": {"max_position_embeddings": 8},  # its masked-LM decoder emits one row per position
@@ -106,7 +107,7 @@ def shrink_dict(d: dict) -> dict:
         if key.endswith(("token_id", "token_ids", "token_index")):
             out[key] = _token_id(value, vocab)
         elif key in ("out_features", "out_indices"):
-            out[key] = None  # backbones default to their last stage, which the shrunk depths moved
+            del out[key]  # backbones default to their last stage, which the shrunk depths moved
     _keep_layer_kinds(out)
     _trim_per_layer(d, out)
     _derived_head_dims(d, out)
