@@ -14,16 +14,18 @@ HEADS = 4
 HEAD_DIM = HIDDEN // HEADS
 VOCAB = 128
 POSITIONS = 128
+IMAGE = 64
 
 _LAYERS = {"num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers", "encoder_layers",
            "num_decoder_layers", "num_encoder_layers", "text_num_hidden_layers"}
 _HIDDEN = {"hidden_size", "n_embd", "d_model", "embed_dim", "n_embed", "dim", "model_dim", "word_embed_proj_dim",
-           "embedding_size", "hidden_dim", "d_embed"}
+           "embedding_size", "hidden_dim", "d_embed", "d_latents",
+           "out_hidden_size"}  # a vision tower's out_hidden_size is the text model's width
 _HEADS = {"num_attention_heads", "n_head", "num_heads", "n_heads", "decoder_attention_heads",
           "encoder_attention_heads", "num_attention_heads_text"}
 _KV_HEADS = {"num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num", "n_head_kv",
              "num_key_value_groups"}
-_HEAD_DIMS = {"head_dim", "attention_head_size", "kv_channels", "v_head_dim", "head_size", "attention_head_dim"}
+_HEAD_DIMS = {"head_dim", "d_head", "attention_head_size", "kv_channels", "v_head_dim", "head_size", "attention_head_dim"}
 _EXPERTS = {"num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_experts_total"}
 _TOP_K = {"num_experts_per_tok", "top_k", "moe_topk", "num_experts_per_token", "moe_k", "num_selected_experts"}
 _GROUPS = {"n_group", "topk_group", "num_expert_groups", "moe_num_groups"}
@@ -34,9 +36,15 @@ _SMALL_DIMS = {"q_lora_rank": 32, "kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk
                "time_step_rank": 8, "linear_key_head_dim": 16, "linear_value_head_dim": 16,
                "linear_num_key_heads": 2, "linear_num_value_heads": 4, "n_shared_experts": 1,
                "num_shared_experts": 1, "attention_window": 8, "block_size": 8, "chunk_size": 8,
-               "num_memory_tokens": 0, "rotary_dim": HEAD_DIM}
+               "num_memory_tokens": 0, "rotary_dim": HEAD_DIM, "num_latents": 16}
 _LAYER_LISTS = ("layer_types", "layers_block_type", "block_types", "hybrid_override_pattern", "attn_type_list",
                 "mlp_layer_types", "layer_type")
+_LAYER_COUNT = re.compile(r"^num_\w*attends_per_block$")  # num_self_attends_per_block (Perceiver)
+_HEAD_COUNT = re.compile(r"^num_\w*_heads$")  # num_cross_attention_heads and kin
+_IMAGE_SIZES = {"image_size", "img_size", "input_size", "crop_size"}
+# Per-stage lists (vision backbones, audio feature encoders): widths, block counts, head counts.
+_WIDTH_LIST = re.compile(r"(hidden_sizes|embed_dims?|conv_dim|_channels|hidden_dims|widths|_dims)$")
+_DEPTH_LIST = re.compile(r"depths?$")
 _INTERMEDIATE = re.compile(r"(intermediate|ffn|inner|d_ff|mlp_dim|mlp_hidden|moe_dim|expert_dim|ff_dim)")
 _SIZE = re.compile(r"(_size|_dim|_width|_channels)$")
 
@@ -49,12 +57,21 @@ OVERRIDES: dict[str, dict] = {
     "rwkv": {"context_length": POSITIONS, "attention_hidden_size": HIDDEN},
     "longcat_flash": {"num_layers": 1},
     "gpt_neo": {"attention_types": [[["global", "local"], 1]]},
+    "xmod": {"default_language": "en_XX"},
+    "esm": {"pad_token_id": 1, "mask_token_id": 2},
+    "lilt": {"hidden_size": 48},  # six box embeddings of hidden_size // 6 must fill the hidden size
+    "mobilebert": {"embedding_size": 32},  # its MLM head widens embeddings by hidden - embedding_size
+    "cvt": {"depth": [1, 2, 3]},  # its last stage indexes drop-path rates by stage number, so needs depth > 2
+    "efficientnet": {"width_coefficient": 1.0, "hidden_dim": 1280},  # hidden_dim is the top conv's width
+    "layoutlmv3": {"coordinate_size": 10, "shape_size": 12},  # 4 coordinates and 2 shapes fill hidden_size
+    "perceiver": {"max_position_embeddings": 8},  # its masked-LM decoder emits one row per position
 }
 
 
-def _kv(value: int) -> int:
+def _kv(value: int, d: dict) -> int:
     """Keep grouped-query attention grouped, multi-head attention multi-head."""
-    return HEADS if value is None else max(1, min(value, HEADS // 2))
+    heads = next((d[k] for k in _HEADS if isinstance(d.get(k), int)), None)
+    return HEADS if value is None or value == heads else max(1, min(value, HEADS // 2))
 
 
 def _token_id(value, vocab: int):
@@ -74,17 +91,52 @@ def shrink_dict(d: dict) -> dict:
             out[key] = shrink_dict(value)
         elif key == "head_dim" and value is None:
             out[key] = HEAD_DIM  # derived in the model as hidden // heads; some models need it set
+        elif key in _KV_HEADS and value is None and "num_attention_heads" in d:
+            out[key] = HEADS  # left for the model to derive, which some never do (Nemotron)
+        elif key == "vocab_size" and value is None:
+            out[key] = VOCAB  # set from the checkpoint's vocabulary file (ESM)
+        elif isinstance(value, dict) and _int_list(value.get("mrope_section")):
+            out[key] = {**value, "mrope_section": _mrope(value["mrope_section"])}
+        elif _int_list(value):
+            out[key] = _shrink_list(key, value)
         elif isinstance(value, bool) or not isinstance(value, int):
             continue
         else:
             out[key] = _shrink_int(key, value, d, vocab)
     for key, value in d.items():
-        if key.endswith(("token_id", "token_ids")):
+        if key.endswith(("token_id", "token_ids", "token_index")):
             out[key] = _token_id(value, vocab)
+        elif key in ("out_features", "out_indices"):
+            del out[key]  # backbones default to their last stage, which the shrunk depths moved
     _keep_layer_kinds(out)
     _trim_per_layer(d, out)
     _derived_head_dims(d, out)
     return out
+
+
+def _mrope(sections: list) -> list:
+    """Multimodal rotary sections (time, height, width) split head_dim / 2: keep the proportions."""
+    total = HEAD_DIM // 2
+    out = [max(1, v * total // sum(sections)) for v in sections]
+    out[-1] += total - sum(out)
+    return out
+
+
+def _int_list(value) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, int) and not isinstance(v, bool)
+                                                          for v in value)
+
+
+def _shrink_list(key: str, value: list) -> list:
+    if key in _IMAGE_SIZES:
+        return [min(v, IMAGE) for v in value]
+    if _DEPTH_LIST.search(key):
+        return [min(v, 2) for v in value]
+    if key in _HEADS or _HEAD_COUNT.match(key):
+        return [1 << (min(v, HEADS).bit_length() - 1) if v > 0 else v for v in value]  # powers of two divide widths
+    if _WIDTH_LIST.search(key):
+        return [min(v, 2 * HIDDEN) for v in value]
+    return value
 
 
 def _derived_head_dims(d: dict, out: dict) -> None:
@@ -113,14 +165,16 @@ def _trim_per_layer(d: dict, out: dict) -> None:
 
 
 def _shrink_int(key: str, value: int, d: dict, vocab: int) -> int:
-    if key in _LAYERS:
+    if key in _LAYERS or _LAYER_COUNT.match(key):
         return min(value, 2)
     if key in _HIDDEN:
         return min(value, HIDDEN)
     if key in _HEADS:
         return min(value, HEADS)
     if key in _KV_HEADS:
-        return _kv(value)
+        return _kv(value, d)
+    if _HEAD_COUNT.match(key):
+        return min(value, HEADS)
     if key in _HEAD_DIMS:
         return min(value, HEAD_DIM)
     if key in _VOCAB or key.startswith("vocab_size"):
@@ -133,10 +187,15 @@ def _shrink_int(key: str, value: int, d: dict, vocab: int) -> int:
         return 1
     if key in _SMALL_DIMS:
         return min(value, _SMALL_DIMS[key])
+    if key in _IMAGE_SIZES:
+        return min(value, IMAGE)
     if "position" in key or key in ("n_positions", "n_ctx", "seq_length", "max_seq_len"):
         return min(value, POSITIONS) if value > 16 else value
     if _INTERMEDIATE.search(key):
         return min(value, 2 * HIDDEN)
+    hidden = next((d[k] for k in _HIDDEN if isinstance(d.get(k), int)), None)
+    if _SIZE.search(key) and value == hidden:
+        return HIDDEN  # a width that follows the hidden size (DeBERTa's pooler_hidden_size)
     if _SIZE.search(key) and value > 2 * HIDDEN:
         return 2 * HIDDEN
     return value
@@ -149,6 +208,8 @@ def _keep_layer_kinds(d: dict) -> None:
         pattern = d.get(key)
         if not isinstance(pattern, (list, str)) or len(pattern) < 2:
             continue
+        if isinstance(pattern, str) and not key.endswith("pattern"):
+            continue  # a single kind's name (ResNet's layer_type "bottleneck"), not a per-layer string
         kinds = list(dict.fromkeys(pattern))
         picked = [pattern[pattern.index(k)] for k in kinds]
         picked = picked if len(picked) >= 2 else picked * 2
@@ -163,4 +224,20 @@ def shrink(config_class, model_type: str):
     d.update(OVERRIDES.get(model_type, {}))
     for key in ("architectures", "_name_or_path", "transformers_version", "auto_map", "quantization_config"):
         d.pop(key, None)
-    return config_class.from_dict(d)
+    config = config_class.from_dict(d)
+    config.architectures = []  # auto classes with several heads per model type (DeiT's) iterate it
+    _set_mrope(config)
+    return config
+
+
+def _set_mrope(config) -> None:
+    """Configs whose models read rope_parameters["mrope_section"] and default it in the modeling code
+    to full-size sections (Qwen2-VL's [16, 24, 24]) get sections that fit the shrunk head_dim."""
+    for key in getattr(config, "sub_configs", {}):
+        sub = getattr(config, key, None)
+        if sub is not None and hasattr(sub, "to_dict"):
+            _set_mrope(sub)
+    rope = getattr(config, "rope_parameters", None)
+    if "mrope_section" in getattr(config, "ignore_keys_at_rope_validation", ()) and isinstance(rope, dict) \
+            and "rope_type" in rope and "mrope_section" not in rope:  # not per-layer-type tables
+        config.rope_parameters = {**rope, "mrope_section": _mrope([16, 24, 24])}

@@ -1,10 +1,11 @@
 """Runs one architecture through the sweep's stages; meant to run in its own process.
 
-    python -m torchneuron.sweep.worker MODEL_TYPE RESULT.json [--compile]
+    python -m torchneuron.sweep.worker MODEL_TYPE RESULT.json [--task TASK] [--compile]
 
 Stages, in order, each recorded in RESULT.json as soon as it ends (so a timeout still tells
 which stage hung): build (tiny config and model), cpu (forward with labels, backward and
 greedy generate on CPU), then forward, backward and generate on neuron compared with CPU.
+Tasks that do not generate (classification, masked LM, CTC) list generate under "skipped".
 """
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ import traceback
 
 import torch
 
-STAGES = ("build", "cpu", "forward", "backward", "generate")
-BATCH, SEQ, NEW_TOKENS = 2, 8, 3
+from .tasks import TASKS, Task
+
+NEW_TOKENS = 3
 LOSS_RTOL = 1e-3
 GRAD_TOL = 2e-2  # relative to the gradient's largest magnitude: sums of many products drift
 GRAD_ATOL = 1e-6  # gradients that are zero in exact arithmetic (a key bias) are pure rounding noise
@@ -30,9 +32,11 @@ def _reason(exc: BaseException) -> str:
 
 
 class Recorder:
-    def __init__(self, model_type: str, path: str):
+    def __init__(self, model_type: str, path: str, task: Task):
         self.path = path
         self.result = {"model_type": model_type, "stages": {}, "fallback_ops": {}}
+        if task.skipped:
+            self.result["skipped"] = list(task.skipped)
 
     def stage(self, name: str, ok: bool, detail: str = "", seconds: float = 0.0) -> None:
         self.result["stages"][name] = {"ok": ok, "detail": detail, "seconds": round(seconds, 2)}
@@ -43,15 +47,19 @@ class Recorder:
             json.dump(self.result, f)
 
 
-def build(model_type: str):
-    from transformers import AutoModelForCausalLM
+def build(model_type: str, task: Task):
+    import transformers
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     from .shrink import shrink
 
     config = shrink(CONFIG_MAPPING[model_type], model_type)
+    for key, value in task.overrides.get(model_type, {}).items():
+        setattr(config, key, value)
+    if task.configure is not None:
+        task.configure(config)
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model = getattr(transformers, task.auto_class).from_config(config, dtype=torch.float32)
     _break_ties(model)
     return model.eval()  # no dropout: CPU and neuron draw different random numbers
 
@@ -68,20 +76,12 @@ def _break_ties(model) -> None:
             p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.02)
 
 
-def inputs(model):
-    vocab = model.get_output_embeddings().weight.shape[0] if model.get_output_embeddings() is not None \
-        else model.config.get_text_config().vocab_size
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(3, min(vocab, 100), (BATCH, SEQ), generator=g)
-    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
-
-
 def _to(batch: dict, device) -> dict:
     return {k: v.to(device) for k, v in batch.items()}
 
 
 def _grads(model) -> dict:
-    named = [(n, p) for n, p in model.named_parameters() if p.grad is not None]
+    named = [(n, p) for n, p in model.named_parameters() if p.grad is not None and p.numel()]  # MobileBERT has an empty one
     picks = {named[i * (len(named) - 1) // max(GRAD_PARAMS - 1, 1)] for i in range(GRAD_PARAMS)} if named else []
     return {n: p.grad.detach().float().cpu() for n, p in picks}
 
@@ -89,19 +89,21 @@ def _grads(model) -> dict:
 def _generate(model, batch: dict) -> list:
     pad = model.generation_config.pad_token_id
     eos = model.generation_config.eos_token_id
-    out = model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                         max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
+    prompt = {k: v for k, v in batch.items() if k != "labels"}
+    out = model.generate(**prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
                          pad_token_id=pad if pad is not None else (eos if isinstance(eos, int) else 0))
     return out.cpu().tolist()
 
 
-def run_cpu(model, batch):
+def run_cpu(model, batch, task: Task):
     out = model(**batch)
     out.loss.backward()
     grads = _grads(model)
     model.zero_grad(set_to_none=True)
-    with torch.no_grad():
-        tokens = _generate(model, batch)
+    tokens = None
+    if task.generates:
+        with torch.no_grad():
+            tokens = _generate(model, batch)
     return out.loss.item(), grads, tokens
 
 
@@ -120,21 +122,22 @@ def _compare_grads(cpu: dict, neuron_model) -> str:
     return worst
 
 
-def main(model_type: str, path: str, compiled: bool = False) -> None:
+def main(model_type: str, path: str, compiled: bool = False, task: str = "causal-lm") -> None:
     import torchneuron  # noqa: F401 (registers the device)
     from torchneuron.eager.fallback import counts
 
-    rec = Recorder(model_type, path)
+    spec = TASKS[task]
+    rec = Recorder(model_type, path, spec)
     stage = "build"
     t0 = time.perf_counter()
     try:
-        model = build(model_type)
-        batch = inputs(model)
+        model = build(model_type, spec)
+        batch = spec.inputs(model)
         rec.result["parameters"] = sum(p.numel() for p in model.parameters())
         rec.stage(stage, True, type(model).__name__, time.perf_counter() - t0)
         stage, t0 = "cpu", time.perf_counter()
         neuron_model = copy.deepcopy(model)
-        loss, grads, tokens = run_cpu(model, batch)
+        loss, grads, tokens = run_cpu(model, batch, spec)
         rec.stage(stage, True, f"loss {loss:.6f}", time.perf_counter() - t0)
 
         neuron_model.to("neuron")
@@ -149,6 +152,8 @@ def main(model_type: str, path: str, compiled: bool = False) -> None:
         out.loss.backward()
         bad = _compare_grads(grads, neuron_model)
         rec.stage(stage, not bad, bad, time.perf_counter() - t0)
+        if not spec.generates:
+            return
         stage, t0 = "generate", time.perf_counter()
         with torch.no_grad():
             got_tokens = _generate(neuron_model, nbatch)
@@ -163,4 +168,5 @@ def main(model_type: str, path: str, compiled: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], "--compile" in sys.argv[3:])
+    args = sys.argv[3:]
+    main(sys.argv[1], sys.argv[2], "--compile" in args, args[args.index("--task") + 1] if "--task" in args else "causal-lm")

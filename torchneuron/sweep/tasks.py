@@ -1,0 +1,246 @@
+"""The sweep's tasks: which transformers auto mapping lists the architectures, which auto class
+builds them, how to make a batch with labels, and whether `generate` applies.
+
+Adding a task is adding one `Task` to `TASKS`; the runner and worker read nothing else.
+"""
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from .shrink import IMAGE
+
+STAGES = ("build", "cpu", "forward", "backward", "generate")
+BATCH, SEQ = 2, 8
+AUDIO_SAMPLES = 8000  # raw waveform length: 25 frames after wav2vec2's 320x convolutional downsampling
+AUDIO_FRAMES = 64  # feature frames where the config does not fix the length
+CTC_LABELS = 4
+
+
+def _generator() -> torch.Generator:
+    return torch.Generator().manual_seed(0)
+
+
+def _vocab(model) -> int:
+    emb = model.get_output_embeddings()
+    if emb is not None and hasattr(emb, "weight"):
+        return emb.weight.shape[0]
+    return getattr(model.config.get_text_config(), "vocab_size", 100)  # none in CANINE: ids are code points
+
+
+def _ids(model, shape: tuple, g: torch.Generator) -> torch.Tensor:
+    """Token ids from 3 up (past the usual pad, bos and eos), below the shrunk special ids at the top."""
+    return torch.randint(3, min(_vocab(model), 100), shape, generator=g)
+
+
+def text_inputs(model) -> dict:
+    """Token ids that are also the labels (causal and masked LM; seq2seq decodes the same ids)."""
+    ids = _ids(model, (BATCH, SEQ), _generator())
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
+
+
+def _num_labels(model) -> int:
+    return model.config.num_labels
+
+
+def sequence_label_inputs(model) -> dict:
+    """Rows end in eos where the config has one: encoder-decoder classifiers pool the eos position."""
+    g = _generator()
+    ids = _ids(model, (BATCH, SEQ), g)
+    eos = getattr(model.config, "eos_token_id", None)
+    if isinstance(eos, int):
+        ids[:, -1] = eos
+    labels = torch.randint(0, _num_labels(model), (BATCH,), generator=g)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+
+
+def token_label_inputs(model) -> dict:
+    g = _generator()
+    ids = _ids(model, (BATCH, SEQ), g)
+    labels = torch.randint(0, _num_labels(model), (BATCH, SEQ), generator=g)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+
+
+def _side(value) -> tuple[int, int]:
+    if isinstance(value, dict):
+        return value.get("height", value.get("shortest_edge")), value.get("width", value.get("shortest_edge"))
+    if isinstance(value, (list, tuple)):
+        return tuple(value[-2:]) if len(value) >= 2 else (value[0], value[0])
+    return value, value
+
+
+def pixel_values(config, g: torch.Generator) -> torch.Tensor:
+    """Images of the config's size and channel count (its vision sub-config's where it has one)."""
+    vision = getattr(config, "vision_config", None) or getattr(config, "backbone_config", None) or config
+    size = next((getattr(c, k) for c in (vision, config) for k in ("image_size", "input_size", "img_size")
+                 if getattr(c, k, None)), IMAGE)
+    h, w = _side(size)
+    channels = next((getattr(c, k) for c in (vision, config) for k in ("num_channels", "in_channels", "in_chans")
+                     if isinstance(getattr(c, k, None), int)), 3)
+    return torch.randn(BATCH, channels, h, w, generator=g)
+
+
+def image_label_inputs(model) -> dict:
+    """Pixels, or token ids for models that classify quantised images (ImageGPT)."""
+    g = _generator()
+    labels = torch.randint(0, _num_labels(model), (BATCH,), generator=g)
+    if model.main_input_name == "input_ids":
+        return {"input_ids": _ids(model, (BATCH, SEQ), g), "labels": labels}
+    return {"pixel_values": pixel_values(model.config, g), "labels": labels}
+
+
+def audio(model, g: torch.Generator) -> dict:
+    """The model's main audio input: a raw waveform (`input_values`) or features (`input_features`).
+    Whisper-style encoders (a fixed `max_source_positions` over mel bins) take mel bins first and
+    exactly twice that many frames; the others take frames first, one row of features each, and a
+    frame mask (Parakeet sums it for the output lengths)."""
+    config = model.config
+    name = model.main_input_name
+    if name == "input_values":
+        return {name: torch.randn(BATCH, AUDIO_SAMPLES, generator=g)}
+    enc = getattr(config, "encoder_config", None) or getattr(config, "audio_config", None) or config
+    positions = getattr(enc, "max_source_positions", None)
+    mels = getattr(enc, "num_mel_bins", None)
+    if positions and mels:
+        return {name: torch.randn(BATCH, mels, 2 * positions, generator=g)}
+    width = (getattr(enc, "feature_projection_input_dim", None) or mels or getattr(enc, "feature_size", None)
+             or getattr(enc, "input_feat_per_channel", 80) * getattr(enc, "input_channels", 1))
+    features = torch.randn(BATCH, AUDIO_FRAMES, width, generator=g)
+    return {name: features, "attention_mask": torch.ones(BATCH, AUDIO_FRAMES, dtype=torch.long)}
+
+
+def ctc_inputs(model) -> dict:
+    g = _generator()
+    batch = audio(model, g)
+    batch["labels"] = torch.randint(1, _vocab(model), (BATCH, CTC_LABELS), generator=g)
+    return batch
+
+
+def speech_seq2seq_inputs(model) -> dict:
+    """Audio and decoder labels. Audio language models whose main input is token ids (Voxtral,
+    Granite Speech) take audio only behind audio tokens; they run on text alone here."""
+    if model.main_input_name == "input_ids":
+        return text_inputs(model)
+    g = _generator()
+    batch = audio(model, g)
+    batch["labels"] = _ids(model, (BATCH, SEQ), g)
+    return batch
+
+
+def _image_token_count(features) -> int:
+    """Rows of image features per image, whatever container get_image_features returns."""
+    features = getattr(features, "pooler_output", None) if hasattr(features, "pooler_output") else features
+    parts = list(features) if isinstance(features, (list, tuple)) else [features]
+    rows = sum(p.numel() // p.shape[-1] for p in parts)
+    return rows // BATCH
+
+
+def _patch_grid(vision, g: torch.Generator) -> tuple[torch.Tensor, dict]:
+    """Qwen2-VL-style inputs: each image a 2x2 grid of merged patches, pixels flattened per patch."""
+    patch = vision.patch_size if isinstance(vision.patch_size, int) else vision.patch_size[0]
+    merge = getattr(vision, "spatial_merge_size", 1)
+    temporal = getattr(vision, "temporal_patch_size", 1)
+    temporal = temporal if isinstance(temporal, int) else temporal[0]
+    channels = getattr(vision, "in_channels", None) or getattr(vision, "num_channels", 3)
+    side = 2 * merge
+    pixels = torch.randn(BATCH * side * side, channels * temporal * patch * patch, generator=g)
+    return pixels, {"image_grid_thw": torch.tensor([[1, side, side]] * BATCH)}
+
+
+def vision_inputs(model, g: torch.Generator) -> dict:
+    """Pixels plus what the model's get_image_features asks for beyond them (grids, image sizes)."""
+    params = inspect.signature(model.get_image_features).parameters
+    vision = getattr(model.config, "vision_config", None) or model.config
+    if "image_grid_thw" in params:
+        pixels, extra = _patch_grid(vision, g)
+    else:
+        pixels, extra = pixel_values(model.config, g), {}
+    if "image_sizes" in params:
+        extra["image_sizes"] = torch.tensor([list(pixels.shape[-2:])] * BATCH)
+    return {"pixel_values": pixels, **extra}
+
+
+@torch.no_grad()
+def image_text_inputs(model) -> dict:
+    """Images plus text that starts with one image token per image feature row: the count comes from
+    running the model's own vision path once, so no per-model token arithmetic."""
+    g = _generator()
+    vision = vision_inputs(model, g)
+    n = _image_token_count(model.get_image_features(**vision))
+    token = getattr(model.config, "image_token_id", None)
+    token = token if token is not None else model.config.image_token_index
+    text = _ids(model, (BATCH, SEQ), g)
+    ids = torch.cat([torch.full((BATCH, n), token), text], dim=1)
+    labels = torch.cat([torch.full((BATCH, n), -100), text], dim=1)
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), **vision, "labels": labels}
+    if "mm_token_type_ids" in inspect.signature(model.forward).parameters:
+        batch["mm_token_type_ids"] = (ids == token).long()  # Qwen2-VL's M-RoPE: 1 marks image tokens
+    return batch
+
+
+def decoder_start(config) -> None:
+    """Encoder-decoder models start decoding from decoder_start_token_id and pad the shifted labels
+    with pad_token_id; some default configs (T5's, EncoderDecoder's) leave them unset."""
+    if getattr(config, "pad_token_id", None) is None:
+        config.pad_token_id = 0
+    if getattr(config, "decoder_start_token_id", None) is None:
+        pad = getattr(config, "pad_token_id", None)
+        config.decoder_start_token_id = pad if pad is not None else 0
+
+
+def classifier_config(config) -> None:
+    """Sequence classification on decoder models finds each row's last token by the pad id; batches
+    over one need it set (0 never appears in the sweep's ids). Encoder-decoder ones decode too."""
+    for c in {id(c): c for c in (config, config.get_text_config())}.values():
+        if getattr(c, "pad_token_id", None) is None:
+            c.pad_token_id = 0
+    decoder_start(config)
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    title: str  # the name in report titles
+    mapping: str  # in transformers.models.auto.modeling_auto
+    auto_class: str  # in transformers
+    inputs: Callable[[torch.nn.Module], dict]  # a CPU batch with labels, so the output has a loss
+    generates: bool = False
+    configure: Callable[[object], None] | None = None  # adjusts the shrunk config before building
+    overrides: dict[str, dict] = field(default_factory=dict)  # per model type, over shrink's OVERRIDES
+
+    @property
+    def stages(self) -> tuple[str, ...]:
+        """The stages this task runs (generate only where the task generates)."""
+        return tuple(s for s in STAGES if s not in self.skipped)
+
+    @property
+    def skipped(self) -> tuple[str, ...]:
+        return () if self.generates else ("generate",)
+
+    def architectures(self) -> list[str]:
+        from transformers.models.auto import modeling_auto
+        return sorted(getattr(modeling_auto, self.mapping))
+
+
+TASKS: dict[str, Task] = {t.name: t for t in (
+    Task("causal-lm", "causal-LM", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "AutoModelForCausalLM",
+         text_inputs, generates=True),
+    Task("seq2seq-lm", "seq2seq-LM", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "AutoModelForSeq2SeqLM",
+         text_inputs, generates=True, configure=decoder_start),
+    Task("masked-lm", "masked-LM", "MODEL_FOR_MASKED_LM_MAPPING_NAMES", "AutoModelForMaskedLM", text_inputs,
+         overrides={"reformer": {"is_decoder": False}}),
+    Task("sequence-classification", "sequence-classification", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
+         "AutoModelForSequenceClassification", sequence_label_inputs, configure=classifier_config),
+    Task("token-classification", "token-classification", "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES",
+         "AutoModelForTokenClassification", token_label_inputs),
+    Task("image-classification", "image-classification", "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",
+         "AutoModelForImageClassification", image_label_inputs),
+    Task("ctc", "speech CTC", "MODEL_FOR_CTC_MAPPING_NAMES", "AutoModelForCTC", ctc_inputs),
+    Task("speech-seq2seq", "speech seq2seq", "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES", "AutoModelForSpeechSeq2Seq",
+         speech_seq2seq_inputs, generates=True, configure=decoder_start),
+    Task("image-text-to-text", "image-text-to-text", "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES",
+         "AutoModelForImageTextToText", image_text_inputs, generates=True),
+)}
