@@ -33,3 +33,12 @@ def fresh_dynamo():
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
+
+
+@pytest.fixture
+def fresh_accelerate_state():
+    """accelerate keeps its device in a process-wide singleton: each test chooses it afresh."""
+    import accelerate
+    accelerate.state.AcceleratorState._reset_state(reset_partial_state=True)
+    yield
+    accelerate.state.AcceleratorState._reset_state(reset_partial_state=True)

@@ -18,12 +18,8 @@ accelerate = pytest.importorskip("accelerate")
 VOCAB = 128
 
 
-@pytest.fixture(autouse=True)
-def fresh_accelerate_state():
-    """accelerate keeps its device in a process-wide singleton: each test chooses it afresh."""
-    accelerate.state.AcceleratorState._reset_state(reset_partial_state=True)
-    yield
-    accelerate.state.AcceleratorState._reset_state(reset_partial_state=True)
+# accelerate keeps its device in a process-wide singleton: each test chooses it afresh (conftest.py)
+pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")
 
 
 def _model():
