@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 
 import numpy as np
+import torch
 
 from . import deferred, device_asserts, executables, generators, storages
 
@@ -73,17 +74,16 @@ class Graph:
         storages.drain()
         table = storages.table()
         values = []
-        rng = None
+        draw = []  # a random op's (seed, offset): its two "rng" inputs, in that order
         for (kind, where), captured in zip(self.sources, self.inputs):
             if kind == "storage":
                 values.append(table[where])
             elif kind == "arg":
                 values.append(table[arg_handles[where]])
             elif kind == "rng":
-                if rng is None or len(rng) == 0:
-                    seed, offset = generators.next_seed_and_offset(_torch_device(where), None)
-                    rng = [np.uint64(offset), np.uint64(seed)]
-                values.append(rng.pop())
+                if not draw:
+                    draw = [np.uint64(v) for v in generators.next_seed_and_offset(torch.device("neuron", where), None)]
+                values.append(draw.pop(0))
             elif kind == "word":
                 values.append(device_asserts.word(where))
             else:
@@ -99,11 +99,6 @@ class Graph:
             elif kind == "word":
                 device_asserts.update(where, value)
         STATS["replays"] += 1
-
-
-def _torch_device(index: int):
-    import torch
-    return torch.device("neuron", index)
 
 
 def begin(arg_handles: dict[int, int] | None = None) -> None:

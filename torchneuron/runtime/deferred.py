@@ -86,10 +86,6 @@ _OUT_AVALS: dict = {}  # (function, input signature) -> [(shape, dtype)] of its 
 STATS = collections.Counter()  # ops, segments, segment_compiles, and flush reasons ("flush:<reason>")
 
 
-def recording() -> bool:
-    return _mode["fused"]
-
-
 _capture = {"recording": None, "was_fused": False}  # the capture in progress (runtime/capture.py)
 
 
@@ -151,7 +147,7 @@ def fused(on: bool):
         set_fused(previous)
 
 
-def _out_avals(function, signature: tuple, flat) -> list:
+def _out_avals(function, signature: tuple) -> list:
     """Shapes and dtypes of `function`'s outputs for inputs of `signature` (traced once each)."""
     found = _OUT_AVALS.get(signature)
     if found is None:
@@ -195,7 +191,7 @@ def record(function, flat, device_index: int, rng_at: int = -1) -> list:
             refs.append(k)
             signature.append((a.shape, a.dtype))
         node = len(segment.nodes)
-        avals = _out_avals(function, tuple(signature), flat)
+        avals = _out_avals(function, tuple(signature))
         segment.nodes.append((function, tuple(refs)))
         outputs = [Pending(segment, node, i, shape, dtype) for i, (shape, dtype) in enumerate(avals)]
         segment.outputs.append(outputs)
