@@ -203,3 +203,43 @@ def test_one_function_serves_both_cores():
     expected = torch.arange(12.0)[1::3]
     for core in (0, 1, 0):
         torch.testing.assert_close(torch.arange(12.0).to(f"neuron:{core}")[1::3].cpu(), expected)
+
+
+def _entries_of(op_name: str, shape: tuple) -> list:
+    """The executables of `op_name` for calls on `shape` buffers (a storage's buffer is flat)."""
+    return [f.signatures[s] for f, s in executables.CACHE.entries
+            if f.name == op_name and any(leaf[0] == shape for leaf in s[1:])]
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_a_hot_quick_executable_recompiles_at_full_optimisation(monkeypatch, in_place):
+    # every check finds the calls worth a full compile: the first check promotes, the next call recompiles
+    monkeypatch.setattr(executables, "_TIER_CHECKS", (2, 4))
+    monkeypatch.setattr(executables, "_TIER_GAIN", 1e9)
+    name = "aten.mul_.Tensor" if in_place else "aten.mul.Tensor"
+    x, y = torch.randn(3, 11), torch.randn(3, 11)
+    xn, yn = x.to("neuron"), y.to("neuron")
+    before = torchneuron.cache_stats()["promotions"]
+    expected, got = x.clone(), xn.clone()
+    for _ in range(6):
+        if in_place:
+            expected.mul_(y)
+            got.mul_(yn)
+        else:
+            expected, got = expected * y, got * yn
+        torch.testing.assert_close(got.cpu(), expected)
+    assert torchneuron.cache_stats()["promotions"] == before + 1
+    assert not any(isinstance(e, executables._Tiered) for e in _entries_of(name, (33,)))
+
+
+def test_a_cheap_quick_executable_stays_quick_and_is_called_bare(monkeypatch):
+    monkeypatch.setattr(executables, "_TIER_CHECKS", (2, 4))
+    monkeypatch.setattr(executables, "_TIER_GAIN", 0.0)
+    x = torch.randn(2, 13)
+    xn = x.to("neuron")
+    before = torchneuron.cache_stats()["promotions"]
+    for _ in range(6):
+        torch.testing.assert_close((xn - 2).cpu(), x - 2)
+    assert torchneuron.cache_stats()["promotions"] == before
+    quick = _entries_of("aten.sub.Tensor", (26,))
+    assert quick and not any(isinstance(e, executables._Tiered) for e in quick)

@@ -37,14 +37,23 @@ _DEFAULT_ENTRY_BYTES = 1 << 20
 _MIN_ENTRY_BYTES = 64 << 10
 
 
-# Small eager programs compile with LLVM's cheaper optimisation: about a quarter off XLA:CPU's
+# Small eager programs compile first with LLVM's cheaper optimisation: about a quarter off XLA:CPU's
 # ~27 ms per new op signature, where the code runs for microseconds either way; larger ones (and
-# compiled graphs, which run many times) keep the full pipeline.
+# compiled graphs, which run many times) keep the full pipeline. A quick program whose calls add up
+# recompiles at full optimisation (`_Tiered`): unoptimised code runs compute-heavy ops (attention,
+# gelu's tanh, layer norm) 4-8x slower.
 _QUICK = {"xla_backend_optimization_level": 0}
 _QUICK_BYTES = 1 << 20
 _QUICK_PLATFORM = config.PLATFORM == "cpu"  # (measured there; accelerators' compilers differ)
 # Only single ops' programs: compiled graphs, fused segments and captured graphs run many ops many times.
 _QUICK_KINDS = ("eager", "runtime")
+
+
+# Calls at which a quick executable weighs a recompile: its measured time times the calls so far,
+# against what the full compile costs (ski rental: pay for it once the calls already paid as much).
+_TIER_CHECKS = (4, 16, 64, 256, 1024, 4096)
+_TIER_GAIN = 0.75  # the share of a call's time the full pipeline is assumed to save (4-8x on compute-heavy ops)
+_FULL_OVER_QUICK = 1.4  # a full compile's seconds over a quick one's
 
 
 # What an executable raises, before running anything, for arguments it was not compiled for: another
@@ -125,6 +134,43 @@ def _direct_call(compiled):
     return call if call is not None else compiled
 
 
+class _Tiered:
+    """A quick executable on the hot path, counting its calls: at each of `_TIER_CHECKS` it times one
+    call, and once the time spent pays for a full compile the next call recompiles in its place (with
+    that call's arguments: the cache's key and device come from them). After the last check it hands
+    the hot path the bare executable."""
+
+    __slots__ = ("call", "calls", "compile_seconds", "entry", "next_check", "promote")
+
+    def __init__(self, call, entry, compile_seconds: float):
+        self.call = call
+        self.entry = entry  # (function, signature)
+        self.compile_seconds = compile_seconds
+        self.calls = 0
+        self.next_check = _TIER_CHECKS[0]
+        self.promote = False
+
+    def __call__(self, *args):
+        self.calls += 1
+        if self.calls < self.next_check:
+            return self.call(*args)
+        if self.promote and _signature(args)[1:] == self.entry[1][1:]:  # (the hot path's args are a list)
+            return CACHE.promote(self, args)(*args)
+        jax.block_until_ready(args)
+        started = time.perf_counter()
+        outputs = self.call(*args)  # (a wrong signature raises here, before running, as without us)
+        jax.block_until_ready(outputs)
+        seconds = time.perf_counter() - started
+        later = [n for n in _TIER_CHECKS if n > self.calls]
+        if seconds * self.calls * _TIER_GAIN >= self.compile_seconds * _FULL_OVER_QUICK:
+            self.promote, self.next_check = True, self.calls + 1
+        elif later:
+            self.next_check = later[0]
+        else:
+            CACHE.settle(self)
+        return outputs
+
+
 def _resident() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * _PAGE
@@ -145,11 +191,12 @@ class ExecutableCache:
         self._samples = 0
         self._lock = threading.RLock()
 
-    def compile(self, function: Function, signature, args):
+    def compile(self, function: Function, signature, args, full: bool = False):
         with self._lock:
             self.stats["misses"] += 1
             before, started = _resident(), time.perf_counter()
-            quick = _QUICK_PLATFORM and function.kind in _QUICK_KINDS and _argument_bytes(args) <= _QUICK_BYTES
+            quick = not full and _QUICK_PLATFORM and function.kind in _QUICK_KINDS \
+                and _argument_bytes(args) <= _QUICK_BYTES
             options = _QUICK if quick else None
             key = compilation_cache.stored_key(function.identity, args, options) if function.identity else None
             compiled = compilation_cache.load(key, args) if key is not None else None
@@ -160,8 +207,11 @@ class ExecutableCache:
                 if key is not None and not from_disk:  # (XLA:CPU: one loaded from disk serialises without its code)
                     compilation_cache.store(key, compiled)
             compiled = _direct_call(compiled)
-            self.stats["compile_seconds"] += time.perf_counter() - started
+            seconds = time.perf_counter() - started
+            self.stats["compile_seconds"] += seconds
             self.stats["disk_hits" if from_disk else "compiles"] += 1
+            if quick:
+                compiled = _Tiered(compiled, (function, signature), seconds)
             size = self._entry_bytes(_resident() - before)
             function.signatures[signature] = compiled
             self.entries[(function, signature)] = size
@@ -169,6 +219,32 @@ class ExecutableCache:
             self.by_kind[function.kind] += 1
             self._evict(keep=(function, signature))
             return compiled
+
+    def promote(self, tiered: _Tiered, args):
+        """Recompile a quick executable at full optimisation for `args` (its signature), in its place;
+        returns the executable to call."""
+        function, signature = tiered.entry
+        with self._lock:
+            if function.signatures.get(signature) is not tiered:  # evicted meanwhile
+                return tiered.call
+            self.bytes -= self.entries.pop(tiered.entry)
+            del function.signatures[signature]
+            self.by_kind[function.kind] -= 1
+            self.stats["promotions"] += 1
+            compiled = self.compile(function, signature, args, full=True)
+            self.stats["misses"] -= 1  # (not a miss: the quick executable served every call so far)
+            if function.compiled is tiered:
+                function.compiled = compiled
+            return compiled
+
+    def settle(self, tiered: _Tiered) -> None:
+        """A quick executable that stays quick: the hot path calls it bare from now on."""
+        function, signature = tiered.entry
+        with self._lock:
+            if function.signatures.get(signature) is tiered:
+                function.signatures[signature] = tiered.call
+                if function.compiled is tiered:
+                    function.compiled = tiered.call
 
     def _entry_bytes(self, grew: int) -> int:
         """An executable's estimated resident cost: the mean growth across the process's first
@@ -229,6 +305,7 @@ class ExecutableCache:
                 "hits": calls - stats["misses"],  # every call either compiled (a miss) or found one
                 "misses": stats["misses"], "evictions": stats["evictions"],
                 "compiles": stats["compiles"], "disk_hits": stats["disk_hits"],
+                "promotions": stats["promotions"],
                 "untraced_loads": stats["untraced_loads"],
                 "compile_seconds": stats["compile_seconds"],
                 "entries_by_kind": {k: v for k, v in self.by_kind.items() if v},
