@@ -614,8 +614,7 @@ bool fused_attention_covers(const at::Tensor& q, const at::Tensor& k, const at::
   if (!floating || k.scalar_type() != dtype || v.scalar_type() != dtype) return false;
   if (q.is_nested() || k.is_nested() || v.is_nested()) return false;
   if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) return false;
-  // dropout needs the same mask in the backward: the math path draws and keeps it
-  if (dropout_p > 0.0) return false;
+  // (dropout too: the lowering hands the backward its PRNG key as philox_seed/philox_offset)
   // the fused op has no forward derivative in PyTorch (nor on CPU or CUDA): dual inputs take the
   // math path, so forward-mode AD through attention keeps working
   for (const at::Tensor* t : {&q, &k, &v}) {

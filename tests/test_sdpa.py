@@ -79,8 +79,8 @@ def test_fused_matches_cpu_math(case, dtype, no_fallback):
 def test_choice():
     q, k, v = (t.to("neuron") for t in _inputs())
     assert torch._fused_sdp_choice(q, k, v) == int(SDPBackend.OVERRIDEABLE)
-    # not covered: dropout (the backward needs the forward's mask), integer inputs, 3-D inputs
-    assert torch._fused_sdp_choice(q, k, v, dropout_p=0.1) == int(SDPBackend.MATH)
+    assert torch._fused_sdp_choice(q, k, v, dropout_p=0.1) == int(SDPBackend.OVERRIDEABLE)
+    # not covered: integer inputs, 3-D inputs
     assert torch._fused_sdp_choice(q[0], k[0], v[0]) == int(SDPBackend.MATH)
     with sdpa_kernel(SDPBackend.MATH):
         assert torch._fused_sdp_choice(q, k, v) == int(SDPBackend.MATH)
@@ -94,11 +94,62 @@ def test_math_path_stays_available():
     torch.testing.assert_close(got[0], _run("cpu", tensors, is_causal=True)[0])
 
 
-def test_dropout_runs_the_math_path():
-    q, k, v = (t.to("neuron") for t in _inputs())
+def _dropout_case():
+    """q, k and an identity v (head dim = key count): the output is the dropped-out weights themselves."""
+    g = torch.Generator().manual_seed(4)
+    q, k = torch.randn(2, 3, 5, 7, generator=g), torch.randn(2, 3, 7, 7, generator=g)
+    return q, k, torch.eye(7).expand(2, 3, 7, 7).contiguous()
+
+
+def _check_dropout(attention, p=0.3):
+    """`attention(q, k, v)` on neuron against CPU's attention with the keep mask the output shows:
+    output and gradients equal, about 1 - p of the weights kept."""
+    q, k, v = _dropout_case()
+    qn, kn, vn = (t.to("neuron").requires_grad_() for t in (q, k, v))
     with OpsSeen() as seen:
-        out = F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
-    assert FUSED not in seen.ops and out.shape == q.shape
+        out = attention(qn, kn, vn)
+        weights = torch.linspace(-1, 1, out.numel()).reshape(out.shape)
+        (out * weights.to("neuron")).sum().backward()
+    got = out.detach().cpu()
+    keep = got != 0  # (softmax weights are positive: a zero is a dropped weight)
+    assert 0.5 < keep.float().mean().item() < 0.9
+    qc, kc, vc = (t.clone().requires_grad_() for t in (q, k, v))
+    expected = (torch.softmax(qc @ kc.transpose(-1, -2) / 7 ** 0.5, -1) * keep / (1 - p)) @ vc
+    (expected * weights).sum().backward()
+    torch.testing.assert_close(got, expected.detach())
+    for mine, cpu in ((qn, qc), (kn, kc), (vn, vc)):
+        torch.testing.assert_close(mine.grad.cpu(), cpu.grad, rtol=1e-4, atol=1e-5)
+    return got, seen
+
+
+def test_dropout_runs_fused_and_its_backward_drops_the_same_weights(no_fallback):
+    _, seen = _check_dropout(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, dropout_p=0.3))
+    assert FUSED in seen.ops and FUSED_BACKWARD in seen.ops
+
+
+def test_dropout_follows_the_generator():
+    q, k, v = (t.to("neuron") for t in _dropout_case())
+
+    def draw():
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=0.5).cpu()
+
+    torch.neuron.manual_seed(7)
+    first, second = draw(), draw()
+    torch.neuron.manual_seed(7)
+    assert torch.equal(draw(), first) and not torch.equal(second, first)
+    # without dropout the op draws nothing: the generator's stream is the math path's
+    state = torch.neuron.get_rng_state()
+    F.scaled_dot_product_attention(q, k, v)
+    assert torch.equal(torch.neuron.get_rng_state(), state)
+
+
+def test_dropout_under_compile(no_fallback):
+    torch._dynamo.reset()
+    attention = torch.compile(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, dropout_p=0.3),
+                              backend="neuron")
+    first, _ = _check_dropout(attention)
+    second, _ = _check_dropout(attention)
+    assert not torch.equal(first, second)  # a new mask every call
 
 
 def test_autocast_runs_fused_in_bfloat16():
@@ -130,6 +181,42 @@ def test_hf_llama_sdpa_matches_cpu():
     with OpsSeen() as seen:
         loss = model(input_ids=ids.to("neuron"), attention_mask=attention_mask.to("neuron"),
                      labels=ids.to("neuron")).loss
+        loss.backward()
+    assert FUSED in seen.ops and FUSED_BACKWARD in seen.ops
+    torch.testing.assert_close(loss.item(), cpu_loss.item(), rtol=1e-5, atol=1e-5)
+    for (name, p_cpu), p in zip(cpu_model.named_parameters(), model.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), p_cpu.grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_hf_llama_sdpa_generate_matches_cpu():
+    transformers = pytest.importorskip("transformers")
+    cpu_model = _llama(transformers).eval()
+    model = _llama(transformers).to("neuron").eval()
+    model.load_state_dict(cpu_model.state_dict())
+    ids = torch.randint(0, 128, (2, 5), generator=torch.Generator().manual_seed(5))
+    settings = {"max_new_tokens": 6, "do_sample": False, "pad_token_id": 0}
+    expected = cpu_model.generate(ids, **settings)
+    with OpsSeen() as seen:
+        got = model.generate(ids.to("neuron"), **settings)
+    assert FUSED in seen.ops
+    assert torch.equal(got.cpu(), expected)
+
+
+def test_hf_vit_sdpa_matches_cpu():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                    intermediate_size=64, image_size=16, patch_size=4, num_labels=3,
+                                    attn_implementation="sdpa")
+    torch.manual_seed(0)
+    cpu_model = transformers.ViTForImageClassification(config)
+    model = transformers.ViTForImageClassification(config).to("neuron")
+    model.load_state_dict(cpu_model.state_dict())
+    g = torch.Generator().manual_seed(6)
+    pixels, labels = torch.randn(2, 3, 16, 16, generator=g), torch.tensor([0, 2])
+    cpu_loss = cpu_model(pixel_values=pixels, labels=labels).loss
+    cpu_loss.backward()
+    with OpsSeen() as seen:
+        loss = model(pixel_values=pixels.to("neuron"), labels=labels.to("neuron")).loss
         loss.backward()
     assert FUSED in seen.ops and FUSED_BACKWARD in seen.ops
     torch.testing.assert_close(loss.item(), cpu_loss.item(), rtol=1e-5, atol=1e-5)

@@ -23,7 +23,7 @@ from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
 
 from .. import config
-from ..lowering import LOWERINGS, asserts, calling
+from ..lowering import LOWERINGS, asserts, calling, draws_random
 from ..runtime import deferred, device_asserts, executables, generators, storages, transfer
 from ..runtime.dtypes import to_jax, to_torch
 from ..runtime.layout import Layout, contiguous_stride, read, write
@@ -60,7 +60,8 @@ class CompiledGraph:
         self.name = name
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.random_nodes = [n for n in gm.graph.nodes if n.op == "call_function"
-                             and n.target in LOWERINGS and LOWERINGS[n.target].random]
+                             and n.target in LOWERINGS and draws_random(LOWERINGS[n.target], n.target, n.args,
+                                                                        n.kwargs)]
         self.mutated_inputs: list[int] = []
         # a node checks conditions on the device: the device's failure word goes through the graph
         self.checked = device_asserts.ENABLED and any(
@@ -196,7 +197,7 @@ class CompiledGraph:
         compute = calling.compute_dtype(lowering, [a.name for a in target._schema.arguments], meta_args,
                                         meta_kwargs)
         key = None
-        if lowering.random:
+        if node in random_index:
             key = jax.random.fold_in(jax.random.fold_in(base_key, rng[1]), random_index[node])
         if "device" in kwargs:
             kwargs = {**kwargs, "device": None}

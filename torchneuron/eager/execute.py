@@ -57,7 +57,7 @@ class PlanExecution:
 
         call_args = [fill(node) for node in self.template_args]
         call_kwargs = {k: fill(node) for k, node in self.template_kwargs.items()}
-        key = jax.random.fold_in(jax.random.key(rng[0]), rng[1]) if self.lowering.random else None
+        key = jax.random.fold_in(jax.random.key(rng[0]), rng[1]) if self.random else None
         return calling.invoke(self.schema.functional, self.lowering, call_args, call_kwargs,
                               self.compute_dtype, key, self.layout_flags)
 
@@ -68,7 +68,7 @@ class PlanExecution:
         written, others = flat[:n_w], flat[n_w:n_w + n_o]
         scalars = flat[n_w + n_o:]
         rng = None
-        if self.lowering.random:
+        if self.random:
             scalars, rng = scalars[:-2], scalars[-2:]
         buffers = [None] * (len(written) + len(others))
         for g, b in zip(self.written_groups, written):

@@ -12,7 +12,7 @@ import inspect
 import torch
 from torch._decomp import meta_table
 
-from ..lowering import LOWERINGS, META_OVERRIDES, Lowering, calling
+from ..lowering import LOWERINGS, META_OVERRIDES, Lowering, calling, draws_random
 from ..runtime import device_asserts, executables
 from ..runtime.dtypes import scalar_type_name
 from ..runtime.layout import Layout
@@ -102,7 +102,7 @@ class Plan(PlanExecution):
         lay = self.fresh[0][1] if single else None
         self.single_fresh = (lay.shape, lay.stride, self.fresh_prototypes[0], lay.numel > 0) if single else None
         self.in_order = self.arg_groups == list(range(len(buffers)))
-        self.random = lowering.random
+        self.random = draws_random(lowering, functional, self.template_args, self.template_kwargs)
         # the lowering checks conditions on the device: the device's failure word goes through the call
         self.checked = lowering.checks and device_asserts.ENABLED
         # compiled per buffer signature, its executables in the runtime's bounded cache

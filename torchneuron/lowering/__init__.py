@@ -42,7 +42,9 @@ class Lowering:
     promote_args: tuple[str, ...] = ("self", "other")
     static_scalars: bool = False  # Scalars shape the result (arange): compile per value
     data_dependent: bool = False  # output shape depends on values: run outside jit
-    random: bool = False  # takes key=, a PRNG key from the device generator
+    # takes key=, a PRNG key from the device generator; or a predicate on the op's arguments by name
+    # (SDPA draws only with dropout): `draws_random` decides per call
+    random: bool | Callable[..., bool] = False
     # For graphs only, where views, allocations and copies are values: eager mode does them as
     # metadata (views) or storage work (empty, copy_, _to_copy) and registers no kernel for them.
     graph_only: bool = False
@@ -65,6 +67,15 @@ class Lowering:
     # `float` arguments traced like Scalars rather than compiled per value: a learning rate that a
     # schedule changes every step must not compile the optimizer's program every step.
     traced: tuple[str, ...] = ()
+
+
+def draws_random(lowering: Lowering, op: torch._ops.OpOverload, args, kwargs) -> bool:
+    """Whether a call of `op` with these arguments (tensors may be placeholders) takes a PRNG key."""
+    if not callable(lowering.random):
+        return lowering.random
+    named = dict(zip((a.name for a in op._schema.arguments), args))
+    named.update(kwargs)
+    return bool(lowering.random(**named))
 
 
 LOWERINGS: dict[torch._ops.OpOverload, Lowering] = {}

@@ -6,7 +6,11 @@ for the forward, one for the backward, instead of the math path's matmul, softma
 as separate ops. The composite has already turned a boolean mask into an additive one (0 where
 attended, -inf where not). Keys and values may have fewer heads than queries (GQA, or one
 broadcast head): query head h reads key/value head h // (q_heads // kv_heads), as the math
-path's repeat_interleave does.
+path's repeat_interleave does; their gradients sum over the q heads that read them.
+
+Dropout (dropout_p > 0) draws a keep mask over the attention weights from the device generator
+(the op then takes a PRNG key: `random` below). The forward returns the key's two words as
+`philox_seed` and `philox_offset`, so the backward draws the same mask again rather than keeping it.
 
 Half-precision inputs compute scores, softmax and the weighted sum in float32 and round once.
 A row with every key masked out gives zeros (its output and its gradients), as CPU's math
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
 
 from . import aten, lowers, opmath_dtype
@@ -25,19 +30,25 @@ def _scale(query, scale):
     return 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
 
 
-def _split_heads(x, kv_heads):
-    """(B, Hq, ...) as (B, Hkv, Hq // Hkv, ...): the q heads grouped by the kv head they read."""
-    return x.reshape((x.shape[0], kv_heads, x.shape[1] // kv_heads) + x.shape[2:])
+def _expand_heads(x, q_heads):
+    """(B, Hkv, ...) keys or values as (B, Hq, ...): each kv head repeated for the q heads that read
+    it. Everything then computes per q head in 4-D (XLA:CPU runs the 5-D grouped form's contractions
+    over two axes 2.5x slower)."""
+    kv_heads = x.shape[1]
+    return x if kv_heads == q_heads else jnp.repeat(x, q_heads // kv_heads, axis=1)
 
 
-def _scores(query, key, attn_bias, is_causal, scale):
-    """Scaled scores in float32, masked, shaped (B, Hkv, G, L, S)."""
-    kv_heads = key.shape[1]
-    q = _split_heads(query, kv_heads)
-    s = jnp.einsum("bhgld,bhsd->bhgls", q, key, preferred_element_type=jnp.float32) * scale
+def _reduce_heads(grad, kv_heads):
+    """A gradient per q head, (B, Hq, ...), summed into its kv head's, (B, Hkv, ...)."""
+    b, q_heads = grad.shape[:2]
+    return grad if q_heads == kv_heads else grad.reshape((b, kv_heads, q_heads // kv_heads) + grad.shape[2:]).sum(2)
+
+
+def _scores(query, keys, attn_bias, is_causal, scale):
+    """Scaled scores in float32, masked, shaped (B, Hq, L, S); `keys` already expanded to Hq heads."""
+    s = jnp.einsum("bhld,bhsd->bhls", query, keys, preferred_element_type=jnp.float32) * scale
     if attn_bias is not None:
-        bias = jnp.broadcast_to(attn_bias.astype(jnp.float32), query.shape[:2] + s.shape[-2:])
-        s = s + _split_heads(bias, kv_heads)
+        s = s + jnp.broadcast_to(attn_bias.astype(jnp.float32), s.shape)
     if is_causal:
         L, S = s.shape[-2:]
         s = jnp.where(jnp.tril(jnp.ones((L, S), bool)), s, -jnp.inf)
@@ -50,27 +61,41 @@ def _weights(s, lse):
     return jnp.where(finite, jnp.exp(s - jnp.where(finite, lse[..., None], 0.0)), 0.0)
 
 
-@lowers(aten._scaled_dot_product_fused_attention_overrideable.default)
-def sdpa_overrideable(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False,
-                      return_debug_mask=False, *, scale=None):
-    if dropout_p > 0.0:  # _fused_sdp_choice sends dropout to the math path
-        raise NotImplementedError("neuron: fused attention has no dropout; use the math path "
-                                  "(torch.nn.attention.sdpa_kernel(SDPBackend.MATH))")
-    s = _scores(query, key, attn_bias, is_causal, _scale(query, scale))
+def _dropout_scale(s_shape, dropout_p, key_words):
+    """The forward's dropout as a factor on the weights: kept / (1 - p), 0 where dropped; the key
+    comes back from its two words (the forward's philox_seed and philox_offset)."""
+    if dropout_p == 0.0:
+        return None
+    key = jax.random.wrap_key_data(jnp.stack(key_words).astype(jnp.uint32))
+    keep = jax.random.bernoulli(key, 1.0 - dropout_p, s_shape)
+    return jnp.where(keep, jnp.float32(1.0 / (1.0 - dropout_p)) if dropout_p < 1.0 else 0.0, 0.0)
+
+
+def _draws(dropout_p=0.0, **_):
+    return dropout_p > 0.0
+
+
+# (The op's second argument is named `key` in its schema; here that name is the PRNG key the driver
+# passes to lowerings that draw, so the attention keys are `keys`: drivers pass them by position.)
+@lowers(aten._scaled_dot_product_fused_attention_overrideable.default, random=_draws)
+def sdpa_overrideable(query, keys, value, attn_bias=None, dropout_p=0.0, is_causal=False,
+                      return_debug_mask=False, *, scale=None, key=None):
+    q_heads = query.shape[1]
+    s = _scores(query, _expand_heads(keys, q_heads), attn_bias, is_causal, _scale(query, scale))
     m = jnp.max(s, axis=-1)
     safe_m = jnp.where(jnp.isfinite(m), m, 0.0)
     e = jnp.exp(s - safe_m[..., None])
     total = jnp.sum(e, axis=-1, keepdims=True)
     p = e / jnp.where(total > 0, total, 1.0)  # zeros where every key is masked
     lse = jnp.log(total[..., 0]) + safe_m  # -inf where every key is masked
+    words = jnp.zeros((2,), jnp.int64)
+    if dropout_p > 0.0:
+        words = jax.random.key_data(key).astype(jnp.int64)
+        p = p * _dropout_scale(p.shape, dropout_p, words)
     acc = opmath_dtype(value.dtype) or value.dtype
-    out = jnp.einsum("bhgls,bhsd->bhgld", p.astype(acc), value.astype(acc))
-    b, hq, L = query.shape[:3]
-    out = out.reshape((b, hq, L, value.shape[-1])).astype(query.dtype)
-    lse = lse.reshape((b, hq, L))
-    zero = jnp.zeros((), jnp.int64)
+    out = jnp.einsum("bhls,bhsd->bhld", p.astype(acc), _expand_heads(value, q_heads).astype(acc))
     # cum_seq_q/k and the debug mask are undefined (dense inputs, no debug); max_q/k are the lengths
-    return out, lse, None, None, L, key.shape[2], zero, zero, None
+    return out.astype(query.dtype), lse, None, None, query.shape[2], keys.shape[2], words[0], words[1], None
 
 
 @lowers(aten._scaled_dot_product_fused_attention_overrideable_backward.default)
@@ -78,23 +103,27 @@ def sdpa_overrideable_backward(grad_out, query, key, value, attn_bias, grad_inpu
                                cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed,
                                philox_offset, *, scale=None):
     scale = _scale(query, scale)
-    kv_heads = key.shape[1]
-    s = _scores(query, key, attn_bias, is_causal, scale)
-    p = _weights(s, _split_heads(logsumexp, kv_heads))
+    q_heads, kv_heads = query.shape[1], key.shape[1]
     f32 = jnp.float32
-    do = _split_heads(grad_out.astype(f32), kv_heads)
-    o = _split_heads(out.astype(f32), kv_heads)
-    grad_v = jnp.einsum("bhgls,bhgld->bhsd", p, do)
-    dp = jnp.einsum("bhgld,bhsd->bhgls", do, value.astype(f32))
+    keys, values = _expand_heads(key, q_heads).astype(f32), _expand_heads(value, q_heads).astype(f32)
+    s = _scores(query, keys, attn_bias, is_causal, scale)
+    p = _weights(s, logsumexp)
+    do, o = grad_out.astype(f32), out.astype(f32)
+    dropped = _dropout_scale(p.shape, dropout_p, (philox_seed, philox_offset))
+    # with dropout the output is (p * dropped) @ v; the row sums of do * o stay the softmax's term
+    grad_v = jnp.einsum("bhls,bhld->bhsd", p if dropped is None else p * dropped, do)
+    dp = jnp.einsum("bhld,bhsd->bhls", do, values)
+    if dropped is not None:
+        dp = dp * dropped
     ds = p * (dp - jnp.sum(do * o, axis=-1, keepdims=True))  # gradient of the masked, scaled scores
-    grad_q = jnp.einsum("bhgls,bhsd->bhgld", ds, key.astype(f32)) * scale
-    grad_k = jnp.einsum("bhgls,bhgld->bhsd", ds, _split_heads(query, kv_heads).astype(f32)) * scale
-    grad_q = grad_q.reshape(query.shape).astype(query.dtype)
+    grad_q = jnp.einsum("bhls,bhsd->bhld", ds, keys) * scale
+    grad_k = jnp.einsum("bhls,bhld->bhsd", ds, query.astype(f32)) * scale
     grad_bias = None  # the meta kernel makes one whenever there is a bias: zeros where not asked for
     if attn_bias is not None:
-        grad_bias = (sum_to(ds.reshape(query.shape[:2] + ds.shape[-2:]), attn_bias.shape) if grad_input_mask[3]
+        grad_bias = (sum_to(ds, attn_bias.shape) if grad_input_mask[3]
                      else jnp.zeros(attn_bias.shape)).astype(attn_bias.dtype)
-    return grad_q, grad_k.astype(key.dtype), grad_v.astype(value.dtype), grad_bias
+    return (grad_q.astype(query.dtype), _reduce_heads(grad_k, kv_heads).astype(key.dtype),
+            _reduce_heads(grad_v, kv_heads).astype(value.dtype), grad_bias)
 
 
 def sum_to(x, shape):

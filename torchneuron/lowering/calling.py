@@ -98,7 +98,7 @@ def invoke(op, lowering: Lowering, args, kwargs, compute=None, key=None, layout_
 
     call_args = [prepare(names[i] if i < len(names) else "", v) for i, v in enumerate(args)]
     call_kwargs = {k: prepare(k, v) for k, v in kwargs.items()}
-    if lowering.random:
+    if key is not None:  # (the driver decided the call draws: lowering.draws_random)
         call_kwargs["key"] = key
     if layout_flags:
         call_kwargs.update(layout_flags)
