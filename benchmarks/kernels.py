@@ -1,27 +1,35 @@
-"""Fused attention: the small GPT's eager forward on neuron with the fused SDPA lowering against
-the same forward on PyTorch's math path (sdpa_kernel(SDPBackend.MATH)), measured in the same run.
+"""Kernels from Python, eager on neuron, each against what it replaces, measured in the same run:
+
+- fused attention: the small GPT's forward (and forward + backward) with the fused SDPA lowering
+  against the same model on PyTorch's math path (sdpa_kernel(SDPBackend.MATH));
+- a user RMSNorm written as one `torchneuron.jax_op` against the same expression in PyTorch ops.
 
     python benchmarks/kernels.py
 
-The GPT (torchneuron/testing/models.py) calls F.scaled_dot_product_attention(is_causal=True):
-2 layers, width 64, 4 heads, sequence 128, batch 4, eval mode. Also a forward and backward.
-Both paths are timed in alternating rounds, each reporting its fastest round (see timing.py).
+The GPT is the compile benchmark's (torchneuron/testing/models.py: 2 layers, width 32, 4 heads) at
+sequence 128, batch 4, eval mode; it calls F.scaled_dot_product_attention(is_causal=True). Cases are
+timed in alternating rounds, each reporting its fastest round (see timing.py), after a warm-up long
+enough for every op's executable to reach its steady state (eager programs compile quickly first and
+recompile at full optimisation once their calls add up: runtime/executables.py, `_Tiered`).
 """
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import torch
 from timing import interleaved_seconds_per_call, sync_for
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-import torchneuron  # noqa: F401
+import torchneuron
 from torchneuron.testing.models import GPT
 
 SEQUENCE, BATCH = 128, 4
+WARMUP = 300  # calls of each case before timing: past the last tier check that promotes (256)
 
 
 def _model_and_ids():
     torch.manual_seed(0)
-    model = GPT(vocab=64, width=64, heads=4, layers=2, context=SEQUENCE).to("neuron").eval()
+    model = GPT(context=SEQUENCE).to("neuron").eval()
     ids = torch.randint(0, 64, (BATCH, SEQUENCE)).to("neuron")
     return model, ids
 
@@ -53,13 +61,49 @@ def cases() -> dict:
     }
 
 
+@torchneuron.jax_op("benchmarks::rms_norm")
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + eps) * weight
+
+
+def composed_rms_norm(x, weight, eps):
+    return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps) * weight
+
+
+def rms_norm_cases() -> dict:
+    """The RMSNorm of the GPT's activations (batch x sequence rows of width 32), forward and backward."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(BATCH, SEQUENCE, 32, generator=g).to("neuron").requires_grad_()
+    weight = torch.randn(32, generator=g).to("neuron").requires_grad_()
+    sync = sync_for("neuron")
+
+    def forward(fn):
+        def run():
+            with torch.no_grad():
+                return fn(x, weight, 1e-6)
+        return run
+
+    def forward_backward(fn):
+        return lambda: fn(x, weight, 1e-6).sum().backward()
+
+    return {("rms_norm forward", "jax_op"): (forward(rms_norm), sync),
+            ("rms_norm forward", "composed"): (forward(composed_rms_norm), sync),
+            ("rms_norm forward+backward", "jax_op"): (forward_backward(rms_norm), sync),
+            ("rms_norm forward+backward", "composed"): (forward_backward(composed_rms_norm), sync)}
+
+
 def main() -> None:
-    best = interleaved_seconds_per_call(cases(), repeat=10, rounds=7, warmup=3)
+    best = interleaved_seconds_per_call({**cases(), **rms_norm_cases()}, repeat=10, rounds=7, warmup=WARMUP)
     print(f"small GPT on neuron, eager, sequence {SEQUENCE}, batch {BATCH}: ms per call")
-    print(f"{'':18}{'fused SDPA':>12}{'math path':>12}{'math / fused':>14}")
+    print(f"{'':28}{'fused SDPA':>12}{'math path':>12}{'math / fused':>14}")
     for what in ("forward", "forward+backward"):
         fused, math = best[(what, "fused")] * 1e3, best[(what, "math")] * 1e3
-        print(f"{what:18}{fused:12.3f}{math:12.3f}{math / fused:14.2f}")
+        print(f"{what:28}{fused:12.3f}{math:12.3f}{math / fused:14.2f}")
+    print(f"\nRMSNorm of ({BATCH}, {SEQUENCE}, 32) on neuron, eager: ms per call")
+    print(f"{'':28}{'jax_op':>12}{'composed':>12}{'composed / op':>14}")
+    for what in ("rms_norm forward", "rms_norm forward+backward"):
+        op, composed = best[(what, "jax_op")] * 1e3, best[(what, "composed")] * 1e3
+        print(f"{what:28}{op:12.3f}{composed:12.3f}{composed / op:14.2f}")
 
 
 if __name__ == "__main__":
