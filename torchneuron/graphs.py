@@ -75,23 +75,25 @@ class graph:
 
 def _signature(args) -> tuple:
     """What a recorded graph depends on in its arguments: every tensor's layout, dtype, device and
-    which arguments share a storage; every other value itself."""
-    leaves, spec = pytree.tree_flatten(args)
+    which arguments share a storage; every other value itself. (With the arguments' storages.)"""
+    if type(args) is tuple and all(type(x) is torch.Tensor for x in args):  # the common call: no pytree
+        leaves, spec = args, len(args)
+    else:
+        leaves, spec = pytree.tree_flatten(args)
     handles: dict[int, int] = {}
     key = [spec]
+    storages_of = []
     for i, x in enumerate(leaves):
         if isinstance(x, torch.Tensor):
-            handle = x.untyped_storage().data_ptr()
+            storage = x.untyped_storage()
+            handle = storage.data_ptr()
+            storages_of.append(handle)
             shared = handles.setdefault(handle, i) if handle else i
-            key.append((tuple(x.shape), x.stride(), x.storage_offset(), x.untyped_storage().nbytes(), x.dtype,
-                        x.device, x.requires_grad, shared))
+            key.append((x.shape, x.stride(), x.storage_offset(), storage.nbytes(), x.dtype, x.device,
+                        x.requires_grad, shared))
         else:
             key.append((type(x), x))
-    return tuple(key)
-
-
-def _arg_handles(args) -> list[int]:
-    return [x.untyped_storage().data_ptr() for x in pytree.tree_leaves(args) if isinstance(x, torch.Tensor)]
+    return tuple(key), storages_of
 
 
 class _Captured:
@@ -107,47 +109,54 @@ class _Captured:
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args, **kwargs):
-        key = _signature((args, kwargs))
+        key, handles = _signature((args, kwargs) if kwargs else args)
         found = self.graphs.get(key)
         if found is not None:
-            return self._replay(found, args, kwargs)
+            return self._replay(found, handles)
         self.calls[key] = self.calls.get(key, 0) + 1
         if self.calls[key] == 1:  # warm-up: lazily made state (optimizer moments) exists after it
             return self.fn(*args, **kwargs)
-        return self._record(key, args, kwargs)
+        return self._record(key, handles, args, kwargs)
 
-    def _record(self, key, args, kwargs):
-        handles = _arg_handles((args, kwargs))
+    def _record(self, key, handles, args, kwargs):
         _capture.begin({h: i for i, h in reversed(list(enumerate(handles))) if h})
         try:
             result = self.fn(*args, **kwargs)
         except BaseException:
             _capture.abort()
             raise
-        results = [x for x in pytree.tree_leaves(result) if isinstance(x, torch.Tensor)]
+        leaves, spec = pytree.tree_flatten(result)
+        results = [x for x in leaves if isinstance(x, torch.Tensor)]
         graph = _capture.end(execute=True, keep_storages=[t.untyped_storage() for t in results])
         self.recordings += 1
         if graph is None:
             return result
-        fresh = {}  # result tensors that own their storage: new tensors at each replay
-        for n, t in enumerate(results):
-            if t.device.type == "neuron" and not t.storage_offset() and t.is_contiguous() \
-                    and t.numel() * t.element_size() == t.untyped_storage().nbytes():
+        fresh = {}  # leaf position -> output position: result tensors that own their storage, new at each replay
+        again = {}  # leaf position -> an earlier position holding the same fresh tensor
+        first = {}
+        for n, t in enumerate(leaves):
+            if id(t) in first:
+                again[n] = first[id(t)]
+            elif isinstance(t, torch.Tensor) and t.device.type == "neuron" and not t.storage_offset() \
+                    and t.is_contiguous() and t.numel() * t.element_size() == t.untyped_storage().nbytes():
                 place = ("storage", t.untyped_storage().data_ptr())
                 if place in graph.outputs:
                     fresh[n] = graph.outputs.index(place)
-        self.graphs[key] = (graph, result, fresh)
+                    first[id(t)] = n
+        self.graphs[key] = (graph, leaves, spec, fresh, {n: m for n, m in again.items() if m in fresh})
         return result
 
-    def _replay(self, found, args, kwargs):
-        graph, template, fresh = found
-        leaves, spec = pytree.tree_flatten(template)
-        tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
-        made = {n: torch.empty_like(tensors[n], memory_format=torch.contiguous_format) for n in fresh}
-        graph.replay(_arg_handles((args, kwargs)), {fresh[n]: t.data_ptr() for n, t in made.items()})
+    def _replay(self, found, handles):
+        graph, leaves, spec, fresh, again = found
+        out = list(leaves)
+        bind = {}
+        for n, position in fresh.items():
+            out[n] = made = torch.empty_like(leaves[n], memory_format=torch.contiguous_format)
+            bind[position] = made.data_ptr()
+        for n, m in again.items():
+            out[n] = out[m]
+        graph.replay(handles, bind)
         self.replays += 1
-        index = {id(t): n for n, t in enumerate(tensors)}
-        out = [made.get(index.get(id(x)), x) if isinstance(x, torch.Tensor) else x for x in leaves]
         return pytree.tree_unflatten(out, spec)
 
 

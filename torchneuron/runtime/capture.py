@@ -21,6 +21,7 @@ import collections
 
 import numpy as np
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from . import deferred, device_asserts, executables, generators, storages
 
@@ -65,6 +66,11 @@ class Graph:
         self.outputs = outputs  # per program output: ("storage", handle) | ("arg", i) | ("word", d)
         self.device = device
         self.keep = keep
+        # the same, sorted by kind for the replay's loops: (position, where)
+        self._read = {kind: [(i, where) for i, (k, where) in enumerate(sources) if k == kind]
+                      for kind in ("storage", "arg", "rng", "word")}
+        self._written = {kind: [(i, where) for i, (k, where) in enumerate(outputs) if k == kind]
+                         for kind in ("storage", "arg", "word")}
 
     def replay(self, arg_handles: list[int] | None = None, fresh: dict | None = None) -> None:
         """Run the step on the storages' current buffers; bind its values. `arg_handles`: the
@@ -73,31 +79,31 @@ class Graph:
         deferred.flush("graph replay")
         storages.drain()
         table = storages.table()
-        values = []
+        values = list(self.inputs)  # (constants stay as captured)
+        read = self._read
+        for i, handle in read["storage"]:
+            values[i] = table[handle]
+        for i, a in read["arg"]:
+            values[i] = table[arg_handles[a]]
         draw = []  # a random op's (seed, offset): its two "rng" inputs, in that order
-        for (kind, where), captured in zip(self.sources, self.inputs):
-            if kind == "storage":
-                values.append(table[where])
-            elif kind == "arg":
-                values.append(table[arg_handles[where]])
-            elif kind == "rng":
-                if not draw:
-                    draw = [np.uint64(v) for v in generators.next_seed_and_offset(torch.device("neuron", where), None)]
-                values.append(draw.pop(0))
-            elif kind == "word":
-                values.append(device_asserts.word(where))
-            else:
-                values.append(captured)
+        for i, device in read["rng"]:
+            if not draw:
+                draw = [np.uint64(v) for v in generators.next_seed_and_offset(torch.device("neuron", device), None)]
+            values[i] = draw.pop(0)
+        for i, device in read["word"]:
+            values[i] = device_asserts.word(device)
         results = self.program(*values)
-        for position, ((kind, where), value) in enumerate(zip(self.outputs, results)):
-            if fresh is not None and position in fresh:
-                table[fresh[position]] = value
-            elif kind == "storage":
-                table[where] = value
-            elif kind == "arg":
-                table[arg_handles[where]] = value
-            elif kind == "word":
-                device_asserts.update(where, value)
+        written = self._written
+        for i, handle in written["storage"]:
+            if not fresh or i not in fresh:  # (a fresh result goes to its new tensor instead)
+                table[handle] = results[i]
+        for i, a in written["arg"]:
+            table[arg_handles[a]] = results[i]
+        for i, device in written["word"]:
+            device_asserts.update(device, results[i])
+        if fresh:
+            for i, handle in fresh.items():
+                table[handle] = results[i]
         STATS["replays"] += 1
 
 
@@ -122,8 +128,11 @@ def end(execute: bool, keep_storages: list) -> Graph | None:
     bound, as if run eagerly); without it (CUDA's capture) every storage keeps the value it had
     before the capture until the first replay. None if nothing was recorded."""
     recording, segment = deferred.stop_capture()
-    storages.drain()
+    survivors = _survivors(recording.keep)
     table = storages.table()
+    for i, (kind, where) in enumerate(recording.sources):
+        if kind == "storage" and where not in table:  # read, then gone: nothing can change its value now
+            recording.sources[i] = ("const", None)
     bound = {}  # (node, out) -> ("storage", handle) | ("arg", i): where the live values go
     for handle, buf in table.items():
         if type(buf) is deferred.Pending and buf.segment is segment:
@@ -142,7 +151,7 @@ def end(execute: bool, keep_storages: list) -> Graph | None:
     program = executables.Function(deferred.composed(segment.nodes, live), "graph",
                                    f"graph of {len(segment.nodes)} ops")
     graph = Graph(program, segment.inputs, recording.sources, outputs, segment.device,
-                  keep_storages + recording.keep)
+                  keep_storages + survivors)
     STATS["captures"] += 1
     if execute:
         results = program(*segment.inputs)
@@ -150,6 +159,17 @@ def end(execute: bool, keep_storages: list) -> Graph | None:
     else:
         _restore(recording, segment, table)
     return graph
+
+
+def _survivors(kept: list) -> list:
+    """Of the storages written inside the capture (held so that no handle is reused while it
+    records), those that something besides the capture still uses. The rest are the step's
+    intermediates: they die here, so their values stay inside the graph's program instead of
+    becoming outputs it must write every replay (the GPT step: 304 outputs, 70 without them)."""
+    weak = [StorageWeakRef(s) for s in kept]
+    kept.clear()
+    storages.drain()  # (the allocator queues frees for us to apply)
+    return [torch.UntypedStorage._new_with_weak_ptr(w.cdata) for w in weak if not w.expired()]
 
 
 def _bind_results(graph, results, arg_handles) -> None:
