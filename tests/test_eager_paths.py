@@ -61,3 +61,40 @@ def test_conjugate_views_reach_mm_resolved():
     b = torch.randn(3, 3, dtype=torch.complex64)
     got = torch.mm(a.to("neuron").conj(), b.to("neuron"))
     torch.testing.assert_close(got.cpu(), torch.mm(a.conj(), b))
+
+
+@pytest.mark.parametrize("scalar", [2.5, 3, torch.tensor(1.5), torch.tensor(2)])
+@pytest.mark.parametrize("op", ["mul", "add", "sub_", "div"])
+def test_python_scalars_take_the_one_pass_path_to_the_general_paths_plan(op, scalar):
+    # `x * 2.5` reaches the driver with the Python scalar (or a 0-dim CPU tensor) beside the tensor;
+    # both paths key it alike, so the one-pass path runs the plan the general path built
+    x = torch.randn(6)
+    fn = (lambda t, s: getattr(t, op)(s))
+    expected = fn(x.clone(), scalar)
+    on_neuron = x.to("neuron")
+    with torch.profiler.profile():  # the profiler runs every call through the general path
+        first = fn(on_neuron.clone(), scalar)
+    schema = parse(getattr(aten, op).Tensor)
+    plans = driver.plans_of(getattr(aten, op).Tensor)
+    n = len(plans)
+    target = on_neuron.clone()
+    got = driver._run_in_one_pass(schema, plans, (target, scalar))
+    assert got is not None and len(plans) == n
+    torch.testing.assert_close((target if op.endswith("_") else got).cpu(), expected)
+    torch.testing.assert_close(first.cpu(), expected)
+
+
+def test_a_bool_scalar_takes_the_one_pass_path():
+    x = torch.randn(6)
+    on_neuron = x.to("neuron")
+    with torch.profiler.profile():
+        on_neuron * True
+    plans = driver.plans_of(aten.mul.Tensor)
+    got = driver._run_in_one_pass(parse(aten.mul.Tensor), plans, (on_neuron, False))
+    assert got is not None
+    torch.testing.assert_close(got.cpu(), x * False)
+
+
+def test_a_written_cpu_scalar_tensor_is_still_a_device_mix():
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.tensor(1.0).add_(torch.ones((), device="neuron"))

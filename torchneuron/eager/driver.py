@@ -13,12 +13,13 @@ from __future__ import annotations
 import functools
 import threading
 
+import numpy as np
 import torch
 
 from .. import config
 from ..runtime import storages
 from ..runtime.core import urgent
-from ..runtime.dtypes import UnsupportedDtypeError
+from ..runtime.dtypes import PYTHON_SCALAR_TYPES, UnsupportedDtypeError
 from . import overlap, recompiles
 from .describe import (
     NO_DEVICE,
@@ -83,18 +84,33 @@ def run_op(op, *args, **kwargs):
 
 
 def _run_in_one_pass(schema: OpSchema, plans: dict, args):
-    """The common call in one pass: positional tensors only, on one neuron device, every storage
-    already written. Returns None, having run nothing, for any other call or a call without a
-    plan yet: `describe` handles those (and raises their errors)."""
+    """The common call in one pass: positional tensors and Python scalars only (0-dim CPU tensors
+    among them: scalars too), on one neuron device, every storage already written. Returns
+    None, having run nothing, for any other call or a call without a plan yet: `describe` handles
+    those (and raises their errors)."""
     entries, handles, found = [], [], []
+    scalars = ()
     index = NO_DEVICE
     bits = schema.math_bits
-    for t in args:
+    for position, t in enumerate(args):
         if not isinstance(t, torch.Tensor):  # (parameters included)
-            return None
+            kind = type(t)
+            if kind is not float and kind is not int and kind is not bool:
+                return None
+            # a Python scalar (`x * 1.001`), keyed as `describe` keys it
+            entries.append(("py", kind))  # (leading arguments are all of Tensor kind)
+            scalars = [*scalars, t]
+            continue
         i = t.get_device()
         if i != index:
-            if index != NO_DEVICE or i < 0:
+            if i < 0:
+                # as `describe` takes it: a 0-dim CPU tensor the op reads is a traced scalar
+                if t.dim() or t.device.type != "cpu" or position in schema.written:
+                    return None
+                entries.append(("cpu", t.dtype))
+                scalars = [*scalars, t.item()]
+                continue
+            if index != NO_DEVICE:
                 return None
             index = i
         handle = t.untyped_storage().data_ptr()
@@ -108,17 +124,26 @@ def _run_in_one_pass(schema: OpSchema, plans: dict, args):
                 return None
             found.append(buf)
         entries.append(tensor_key(t, first, bits))
-    plan = plans.get(plan_key(schema, entries, index))
+    if index == NO_DEVICE:
+        return None
+    plan = plans.get(plan_key(schema, entries, index, scalars))
     if plan is None:
         return None
     if plan.simple:
+        if scalars:
+            found += [_lookup_scalar_type(type(v), np.asarray)(v) for v in scalars]
         return plan.run_buffers(found)
     desc = CallDescription(bits)
-    desc.key, desc.handles, desc.buffers, desc.tensors, desc.index = entries, handles, found, args, index
+    desc.key, desc.handles, desc.buffers, desc.index = entries, handles, found, index
+    desc.tensors = [t for t in args if isinstance(t, torch.Tensor) and t.get_device() >= 0] if scalars else args
+    desc.scalars = list(scalars)
     for n, handle in enumerate(handles):
         if handle:
             desc.sharing.setdefault(handle, n)
     return plan.execute(args, {}, desc)
+
+
+_lookup_scalar_type = PYTHON_SCALAR_TYPES.get
 
 
 def _run_described(schema: OpSchema, plans: dict, args, kwargs, resized: bool = False):
