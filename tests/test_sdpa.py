@@ -266,3 +266,22 @@ def test_forward_mode_ad_through_attention_takes_the_math_path():
         expected = run("cpu")
     for got, want in zip(run("neuron"), expected):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_an_additive_mask_gets_its_gradient(no_fallback):
+    q, k, v = _inputs(kv_heads=2)
+    mask = torch.randn(2, 1, 5, 7, generator=torch.Generator().manual_seed(8))
+
+    def run(device):
+        tensors = [t.detach().to(device).requires_grad_() for t in (q, k, v, mask)]
+        out = F.scaled_dot_product_attention(*tensors[:3], attn_mask=tensors[3], enable_gqa=True)
+        (out * torch.linspace(-1, 1, out.numel()).reshape(out.shape).to(device)).sum().backward()
+        return [out.detach().cpu()] + [t.grad.cpu() for t in tensors]
+
+    with sdpa_kernel(SDPBackend.MATH):
+        expected = run("cpu")
+    with OpsSeen() as seen:
+        got = run("neuron")
+    assert FUSED_BACKWARD in seen.ops
+    for e, g in zip(expected, got):
+        torch.testing.assert_close(g, e)

@@ -23,7 +23,13 @@ import math
 import jax
 import jax.numpy as jnp
 
+from .. import config
 from . import aten, lowers, opmath_dtype
+
+# XLA:CPU runs attention faster one (batch, head) at a time in a loop than over the whole batch at
+# once (the GPT's (4, 4, 128, 8): forward 1.45x, backward 1.15x): each step's scores stay in cache.
+# On accelerators a loop would serialise what runs in parallel: there the whole batch is one step.
+_LOOP_OVER_HEADS = config.PLATFORM == "cpu"
 
 
 def _scale(query, scale):
@@ -61,6 +67,24 @@ def _weights(s, lse):
     return jnp.where(finite, jnp.exp(s - jnp.where(finite, lse[..., None], 0.0)), 0.0)
 
 
+def _per_head(fn, *arrays):
+    """`fn` of 4-D (B, H, ...) arrays (None: absent), whose results are (B, H, ...) too, run one
+    (batch, head) pair at a time on XLA:CPU (`_LOOP_OVER_HEADS`), at once elsewhere."""
+    if not _LOOP_OVER_HEADS:
+        return fn(*arrays)
+    b, h = arrays[0].shape[:2]
+    present = [i for i, a in enumerate(arrays) if a is not None]
+
+    def one(slices):
+        full = list(arrays)
+        for i, x in zip(present, slices):
+            full[i] = x
+        return fn(*full)
+
+    outs = jax.lax.map(one, tuple(arrays[i].reshape((b * h, 1, 1) + arrays[i].shape[2:]) for i in present))
+    return tuple(o.reshape((b, h) + o.shape[3:]) for o in outs)
+
+
 def _dropout_scale(s_shape, dropout_p, key_words):
     """The forward's dropout as a factor on the weights: kept / (1 - p), 0 where dropped; the key
     comes back from its two words (the forward's philox_seed and philox_offset)."""
@@ -80,22 +104,31 @@ def _draws(dropout_p=0.0, **_):
 @lowers(aten._scaled_dot_product_fused_attention_overrideable.default, random=_draws)
 def sdpa_overrideable(query, keys, value, attn_bias=None, dropout_p=0.0, is_causal=False,
                       return_debug_mask=False, *, scale=None, key=None):
-    q_heads = query.shape[1]
-    s = _scores(query, _expand_heads(keys, q_heads), attn_bias, is_causal, _scale(query, scale))
-    m = jnp.max(s, axis=-1)
-    safe_m = jnp.where(jnp.isfinite(m), m, 0.0)
-    e = jnp.exp(s - safe_m[..., None])
-    total = jnp.sum(e, axis=-1, keepdims=True)
-    p = e / jnp.where(total > 0, total, 1.0)  # zeros where every key is masked
-    lse = jnp.log(total[..., 0]) + safe_m  # -inf where every key is masked
+    (b, q_heads, L, _), S = query.shape, keys.shape[2]
+    scale = _scale(query, scale)
+    acc = opmath_dtype(value.dtype) or value.dtype
     words = jnp.zeros((2,), jnp.int64)
+    dropped = None
     if dropout_p > 0.0:
         words = jax.random.key_data(key).astype(jnp.int64)
-        p = p * _dropout_scale(p.shape, dropout_p, words)
-    acc = opmath_dtype(value.dtype) or value.dtype
-    out = jnp.einsum("bhls,bhsd->bhld", p.astype(acc), _expand_heads(value, q_heads).astype(acc))
+        dropped = _dropout_scale((b, q_heads, L, S), dropout_p, words)
+    bias = None if attn_bias is None else jnp.broadcast_to(attn_bias.astype(jnp.float32), (b, q_heads, L, S))
+
+    def forward(query, keys, values, bias, dropped):
+        s = _scores(query, keys, bias, is_causal, scale)
+        m = jnp.max(s, axis=-1)
+        safe_m = jnp.where(jnp.isfinite(m), m, 0.0)
+        e = jnp.exp(s - safe_m[..., None])
+        total = jnp.sum(e, axis=-1, keepdims=True)
+        p = e / jnp.where(total > 0, total, 1.0)  # zeros where every key is masked
+        lse = jnp.log(total[..., 0]) + safe_m  # -inf where every key is masked
+        if dropped is not None:
+            p = p * dropped
+        return jnp.einsum("bhls,bhsd->bhld", p.astype(acc), values.astype(acc)), lse
+
+    out, lse = _per_head(forward, query, _expand_heads(keys, q_heads), _expand_heads(value, q_heads), bias, dropped)
     # cum_seq_q/k and the debug mask are undefined (dense inputs, no debug); max_q/k are the lengths
-    return out.astype(query.dtype), lse, None, None, query.shape[2], keys.shape[2], words[0], words[1], None
+    return out.astype(query.dtype), lse, None, None, L, S, words[0], words[1], None
 
 
 @lowers(aten._scaled_dot_product_fused_attention_overrideable_backward.default)
@@ -103,24 +136,31 @@ def sdpa_overrideable_backward(grad_out, query, key, value, attn_bias, grad_inpu
                                cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed,
                                philox_offset, *, scale=None):
     scale = _scale(query, scale)
-    q_heads, kv_heads = query.shape[1], key.shape[1]
+    (b, q_heads, L, _), kv_heads, S = query.shape, key.shape[1], key.shape[2]
     f32 = jnp.float32
-    keys, values = _expand_heads(key, q_heads).astype(f32), _expand_heads(value, q_heads).astype(f32)
-    s = _scores(query, keys, attn_bias, is_causal, scale)
-    p = _weights(s, logsumexp)
-    do, o = grad_out.astype(f32), out.astype(f32)
-    dropped = _dropout_scale(p.shape, dropout_p, (philox_seed, philox_offset))
-    # with dropout the output is (p * dropped) @ v; the row sums of do * o stay the softmax's term
-    grad_v = jnp.einsum("bhls,bhld->bhsd", p if dropped is None else p * dropped, do)
-    dp = jnp.einsum("bhld,bhsd->bhls", do, values)
-    if dropped is not None:
-        dp = dp * dropped
-    ds = p * (dp - jnp.sum(do * o, axis=-1, keepdims=True))  # gradient of the masked, scaled scores
-    grad_q = jnp.einsum("bhls,bhsd->bhld", ds, keys) * scale
-    grad_k = jnp.einsum("bhls,bhld->bhsd", ds, query.astype(f32)) * scale
+    dropped = _dropout_scale((b, q_heads, L, S), dropout_p, (philox_seed, philox_offset))
+    bias = None if attn_bias is None else jnp.broadcast_to(attn_bias.astype(f32), (b, q_heads, L, S))
+    with_bias_grad = attn_bias is not None and grad_input_mask[3]
+
+    def backward(grad_out, query, keys, values, out, logsumexp, bias, dropped):
+        p = _weights(_scores(query, keys, bias, is_causal, scale), logsumexp)
+        do = grad_out.astype(f32)
+        # with dropout the output is (p * dropped) @ v; the row sums of do * o stay the softmax's term
+        grad_v = jnp.einsum("bhls,bhld->bhsd", p if dropped is None else p * dropped, do)
+        dp = jnp.einsum("bhld,bhsd->bhls", do, values)
+        if dropped is not None:
+            dp = dp * dropped
+        ds = p * (dp - jnp.sum(do * out.astype(f32), axis=-1, keepdims=True))  # of the masked, scaled scores
+        grad_q = jnp.einsum("bhls,bhsd->bhld", ds, keys) * scale
+        grad_k = jnp.einsum("bhls,bhld->bhsd", ds, query.astype(f32)) * scale
+        return (grad_q, grad_k, grad_v) + ((ds,) if with_bias_grad else ())
+
+    grads = _per_head(backward, grad_out, query, _expand_heads(key, q_heads).astype(f32),
+                      _expand_heads(value, q_heads).astype(f32), out, logsumexp, bias, dropped)
+    grad_q, grad_k, grad_v = grads[:3]
     grad_bias = None  # the meta kernel makes one whenever there is a bias: zeros where not asked for
     if attn_bias is not None:
-        grad_bias = (sum_to(ds, attn_bias.shape) if grad_input_mask[3]
+        grad_bias = (sum_to(grads[3], attn_bias.shape) if with_bias_grad
                      else jnp.zeros(attn_bias.shape)).astype(attn_bias.dtype)
     return (grad_q.astype(query.dtype), _reduce_heads(grad_k, kv_heads).astype(key.dtype),
             _reduce_heads(grad_v, kv_heads).astype(value.dtype), grad_bias)
