@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 
+import jax
 import numpy as np
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
@@ -66,11 +67,14 @@ class Graph:
         self.outputs = outputs  # per program output: ("storage", handle) | ("arg", i) | ("word", d)
         self.device = device
         self.keep = keep
-        # the same, sorted by kind for the replay's loops: (position, where)
-        self._read = {kind: [(i, where) for i, (k, where) in enumerate(sources) if k == kind]
-                      for kind in ("storage", "arg", "rng", "word")}
-        self._written = {kind: [(i, where) for i, (k, where) in enumerate(outputs) if k == kind]
-                         for kind in ("storage", "arg", "word")}
+        # the program's inputs and outputs come grouped by kind (`_arranged`): each kind's block
+        def where(places, kind):
+            return [w for k, w in places if k == kind]
+        self._read_storages, self._read_args = where(sources, "storage"), where(sources, "arg")
+        self._read_rng, self._read_words = where(sources, "rng"), where(sources, "word")
+        self._consts = [v for v, (k, _) in zip(inputs, sources) if k == "const"]
+        self._written_storages, self._written_args = where(outputs, "storage"), where(outputs, "arg")
+        self._written_words = where(outputs, "word")
 
     def replay(self, arg_handles: list[int] | None = None, fresh: dict | None = None) -> None:
         """Run the step on the storages' current buffers; bind its values. `arg_handles`: the
@@ -79,31 +83,29 @@ class Graph:
         deferred.flush("graph replay")
         storages.drain()
         table = storages.table()
-        values = list(self.inputs)  # (constants stay as captured)
-        read = self._read
-        for i, handle in read["storage"]:
-            values[i] = table[handle]
-        for i, a in read["arg"]:
-            values[i] = table[arg_handles[a]]
+        values = [table[handle] for handle in self._read_storages]
+        if self._read_args:
+            values += [table[arg_handles[a]] for a in self._read_args]
         draw = []  # a random op's (seed, offset): its two "rng" inputs, in that order
-        for i, device in read["rng"]:
+        for device in self._read_rng:
             if not draw:
                 draw = [np.uint64(v) for v in generators.next_seed_and_offset(torch.device("neuron", device), None)]
-            values[i] = draw.pop(0)
-        for i, device in read["word"]:
-            values[i] = device_asserts.word(device)
-        results = self.program(*values)
-        written = self._written
-        for i, handle in written["storage"]:
-            if not fresh or i not in fresh:  # (a fresh result goes to its new tensor instead)
-                table[handle] = results[i]
-        for i, a in written["arg"]:
-            table[arg_handles[a]] = results[i]
-        for i, device in written["word"]:
-            device_asserts.update(device, results[i])
-        if fresh:
+            values.append(draw.pop(0))
+        values += [device_asserts.word(device) for device in self._read_words]
+        results = self.program(*values, *self._consts)
+        handles = self._written_storages
+        if fresh:  # (a fresh result goes to its new tensor instead: always a storage output)
+            handles = list(handles)
             for i, handle in fresh.items():
-                table[handle] = results[i]
+                handles[i] = handle
+        table.update(zip(handles, results))
+        at = len(handles)
+        for a in self._written_args:
+            table[arg_handles[a]] = results[at]
+            at += 1
+        for device in self._written_words:
+            device_asserts.update(device, results[at])
+            at += 1
         STATS["replays"] += 1
 
 
@@ -148,17 +150,43 @@ def end(execute: bool, keep_storages: list) -> Graph | None:
         for place in places:
             live.append((node, out))
             outputs.append(place)
-    program = executables.Function(deferred.composed(segment.nodes, live), "graph",
-                                   f"graph of {len(segment.nodes)} ops")
-    graph = Graph(program, segment.inputs, recording.sources, outputs, segment.device,
-                  keep_storages + survivors)
+    # by kind (storages first): a replay binds each kind's block in one pass
+    order = sorted(range(len(outputs)), key=lambda j: _WRITTEN_KINDS.index(outputs[j][0]))
+    live, outputs = [live[j] for j in order], [outputs[j] for j in order]
+    body, inputs, sources = _arranged(deferred.composed(segment.nodes, live), segment.inputs, recording.sources)
+    program = executables.Function(body, "graph", f"graph of {len(segment.nodes)} ops")
+    graph = Graph(program, inputs, sources, outputs, segment.device, keep_storages + survivors)
     STATS["captures"] += 1
     if execute:
-        results = program(*segment.inputs)
+        results = program(*inputs)
         _bind_results(graph, results, recording.arg_handles)
     else:
         _restore(recording, segment, table)
     return graph
+
+
+_READ_KINDS = ("storage", "arg", "rng", "word", "const")
+_WRITTEN_KINDS = ("storage", "arg", "word")
+
+
+def _arranged(body, inputs: list, sources: list):
+    """The program with its inputs grouped by source kind, in `_READ_KINDS` order, so that a replay
+    gathers each kind's block in one pass; and with its host constants (Python scalars:
+    hyperparameters, `x * 0.5`) built into it rather than passed at every replay, so that XLA folds
+    what depends only on them (the AdamW step's bias corrections and step sizes, per parameter).
+    Returns (program, its inputs, their sources)."""
+    fixed = {i: value for i, (value, (kind, _)) in enumerate(zip(inputs, sources))
+             if kind == "const" and not isinstance(value, jax.Array)}
+    order = sorted((i for i in range(len(inputs)) if i not in fixed), key=lambda i: _READ_KINDS.index(sources[i][0]))
+    n = len(inputs)
+
+    def program(*given):
+        full = [fixed.get(i) for i in range(n)]
+        for i, value in zip(order, given):
+            full[i] = value
+        return body(*full)
+
+    return program, [inputs[i] for i in order], [sources[i] for i in order]
 
 
 def _survivors(kept: list) -> list:
