@@ -244,3 +244,41 @@ def test_rrelu_with_noise_inplace_writes_self_and_noise():
 @pytest.mark.parametrize("p", [2.0, 1.0, 0.0, float("inf"), 1.5])
 def test_pdist(p):
     check(lambda t: F.pdist(t, p), torch.randn(5, 3), grad=True, rtol=1e-4, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------- weight norm
+@pytest.mark.parametrize("dim", [0, 2])
+def test_weight_norm_interface_and_its_backward(dim):
+    g_shape = (4, 1, 1) if dim == 0 else (1, 1, 5)
+    gen = torch.Generator().manual_seed(0)
+    v, g = torch.randn(4, 3, 5, generator=gen), torch.randn(*g_shape, generator=gen)
+    w, norms = torch._weight_norm_interface(v, g, dim)
+    got_w, got_norms = torch._weight_norm_interface(v.to("neuron"), g.to("neuron"), dim)
+    torch.testing.assert_close(got_w.cpu(), w, **TOL)
+    torch.testing.assert_close(got_norms.cpu(), norms, **TOL)
+    grad = torch.randn(w.shape, generator=gen)
+    want = torch.ops.aten._weight_norm_interface_backward(grad, v, g, norms, dim)
+    got = torch.ops.aten._weight_norm_interface_backward(*(t.to("neuron") for t in (grad, v, g, norms)), dim)
+    for mine, cpu in zip(got, want):
+        torch.testing.assert_close(mine.cpu(), cpu, **TOL)
+
+
+def test_weight_normed_conv_under_compile_lowers_its_backward():
+    # wav2vec2's positional convolution: weight_norm over the kernel axis, trained under torch.compile
+    from torchneuron.compile import compile_stats
+
+    def model():
+        torch.manual_seed(0)
+        conv = torch.nn.Conv1d(4, 4, 3, padding=1, groups=2)
+        return torch.nn.utils.parametrizations.weight_norm(conv, name="weight", dim=2)
+
+    x = torch.randn(2, 4, 7, generator=torch.Generator().manual_seed(1))
+    cpu = model()
+    cpu(x).square().sum().backward()
+    neuron = model().to("neuron")
+    torch._dynamo.reset()
+    before = compile_stats().get("eager_graphs", 0)
+    torch.compile(neuron, backend="neuron")(x.to("neuron")).square().sum().backward()
+    assert compile_stats().get("eager_graphs", 0) == before
+    for (name, p_cpu), p in zip(cpu.named_parameters(), neuron.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), p_cpu.grad, **TOL, msg=name)

@@ -534,3 +534,26 @@ def native_dropout(input, p, train, *, key):
 @lowers(aten.native_dropout_backward.default)
 def native_dropout_backward(grad_output, mask, scale):
     return (opmath(grad_output) * mask * scale).astype(grad_output.dtype)
+
+
+def _norm_except(v, dim):
+    """The 2-norm of `v` over every axis but `dim`, kept as size-1 axes (weight norm's `norms`)."""
+    axes = tuple(a for a in range(v.ndim) if a != dim % v.ndim)
+    return jnp.sqrt(jnp.sum(jnp.square(opmath(v)), axis=axes, keepdims=True))
+
+
+# What torch._weight_norm calls for dim 0 or the last dim (nn.utils weight_norm / parametrizations):
+# w = v * g / ||v||, the norm over every other axis; it returns the norms for its backward.
+@lowers(aten._weight_norm_interface.default)
+def weight_norm_interface(v, g, dim=0):
+    norms = _norm_except(v, dim)
+    return (opmath(v) * (opmath(g) / norms)).astype(v.dtype), norms.astype(g.dtype)
+
+
+@lowers(aten._weight_norm_interface_backward.default)
+def weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim):
+    axes = tuple(a for a in range(saved_v.ndim) if a != dim % saved_v.ndim)
+    grad, v, g, norms = (opmath(t) for t in (grad_w, saved_v, saved_g, saved_norms))
+    per_dim = jnp.sum(grad * v, axis=axes, keepdims=True)
+    grad_v = (g / norms) * (grad - v * (per_dim / (norms * norms)))
+    return grad_v.astype(saved_v.dtype), (per_dim / norms).astype(saved_g.dtype)
