@@ -282,3 +282,18 @@ def test_weight_normed_conv_under_compile_lowers_its_backward():
     assert compile_stats().get("eager_graphs", 0) == before
     for (name, p_cpu), p in zip(cpu.named_parameters(), neuron.parameters()):
         torch.testing.assert_close(p.grad.cpu(), p_cpu.grad, **TOL, msg=name)
+
+
+@pytest.mark.parametrize("mask", [[True, False], [False, True], [True, True]])
+def test_grid_sampler_backward_gives_what_cpu_gives_for_each_output_mask(mask):
+    # glm4v samples a learned position table on a fixed grid: only the input's gradient is asked for
+    gen = torch.Generator().manual_seed(0)
+    inp, grid = torch.randn(1, 2, 4, 4, generator=gen), torch.rand(1, 3, 3, 2, generator=gen) * 2 - 1
+    grad = torch.randn(1, 2, 3, 3, generator=gen)
+    want = torch.ops.aten.grid_sampler_2d_backward(grad, inp, grid, 0, 0, False, mask)
+    got = torch.ops.aten.grid_sampler_2d_backward(grad.to("neuron"), inp.to("neuron"), grid.to("neuron"), 0, 0,
+                                                  False, mask)
+    for mine, cpu in zip(got, want):
+        assert (mine is None) == (cpu is None)
+        if cpu is not None:
+            torch.testing.assert_close(mine.cpu(), cpu, **TOL)

@@ -88,6 +88,10 @@ class PlanExecution:
             new[g] = write(buf, self.layouts[ti], apply_math_bits(_at(results, path), self.bits[ti]))
         # An empty result takes no values: its meta layout may be empty where the lowering's is
         # not (eval batch norm's saved statistics).
+        for path, lay, _ in self.fresh:
+            if lay.numel and _at(results, path) is None:
+                raise RuntimeError(f"neuron: the lowering of {self.op} gave no value for its result {path}, "
+                                   f"which PyTorch's meta kernel makes (shape {tuple(lay.shape)})")
         fresh = [jnp.zeros((0,), to_jax(dt)) if lay.numel == 0 else
                  flatten(jnp.broadcast_to(_at(results, path), lay.shape).astype(to_jax(dt)), lay)
                  for path, lay, dt in self.fresh]

@@ -300,7 +300,8 @@ def grid_sampler_backward(grad_output, input, grid, interpolation_mode, padding_
     _, vjp = jax.vjp(lambda x, g: _grid_sample(x, g, interpolation_mode, padding_mode, align_corners),
                      input, grid)
     grad_input, grad_grid = vjp(grad_output)
-    return (grad_input if output_mask[0] else None, grad_grid if output_mask[1] else None)
+    # as CPU: no input gradient unless asked for, the grid's always (CPU computes it either way)
+    return (grad_input if output_mask[0] else None, grad_grid)
 
 
 def _grid_sampler_2d_cpu_fallback_backward_meta(grad_output, input, grid, interpolation_mode, padding_mode,
