@@ -550,6 +550,16 @@ def weight_norm_interface(v, g, dim=0):
     return (opmath(v) * (opmath(g) / norms)).astype(v.dtype), norms.astype(g.dtype)
 
 
+@overrides_meta(aten._weight_norm_interface.out)
+def _weight_norm_interface_out_meta(v, g, dim=0, *, out0, out1):
+    # PyTorch's meta for this out= overload hands out0/out1 to a decomposition that takes neither
+    from torch._prims_common.wrappers import _maybe_resize_out, _safe_copy_out
+    for out, value in zip((out0, out1), aten._weight_norm_interface.default(v, g, dim)):
+        _maybe_resize_out(out, value.shape)
+        _safe_copy_out(copy_from=value, copy_to=out, exact_dtype=False)
+    return out0, out1
+
+
 @lowers(aten._weight_norm_interface_backward.default)
 def weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim):
     axes = tuple(a for a in range(saved_v.ndim) if a != dim % saved_v.ndim)
