@@ -536,10 +536,13 @@ def native_dropout_backward(grad_output, mask, scale):
     return (opmath(grad_output) * mask * scale).astype(grad_output.dtype)
 
 
+def _axes_except(v, dim):
+    return tuple(a for a in range(v.ndim) if a != dim % v.ndim)
+
+
 def _norm_except(v, dim):
     """The 2-norm of `v` over every axis but `dim`, kept as size-1 axes (weight norm's `norms`)."""
-    axes = tuple(a for a in range(v.ndim) if a != dim % v.ndim)
-    return jnp.sqrt(jnp.sum(jnp.square(opmath(v)), axis=axes, keepdims=True))
+    return jnp.sqrt(jnp.sum(jnp.square(opmath(v)), axis=_axes_except(v, dim), keepdims=True))
 
 
 # What torch._weight_norm calls for dim 0 or the last dim (nn.utils weight_norm / parametrizations):
@@ -562,7 +565,7 @@ def _weight_norm_interface_out_meta(v, g, dim=0, *, out0, out1):
 
 @lowers(aten._weight_norm_interface_backward.default)
 def weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim):
-    axes = tuple(a for a in range(saved_v.ndim) if a != dim % saved_v.ndim)
+    axes = _axes_except(saved_v, dim)
     grad, v, g, norms = (opmath(t) for t in (grad_w, saved_v, saved_g, saved_norms))
     per_dim = jnp.sum(grad * v, axis=axes, keepdims=True)
     grad_v = (g / norms) * (grad - v * (per_dim / (norms * norms)))

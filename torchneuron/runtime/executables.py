@@ -193,7 +193,8 @@ class ExecutableCache:
 
     def compile(self, function: Function, signature, args, full: bool = False):
         with self._lock:
-            self.stats["misses"] += 1
+            if not full:  # (a promotion is no miss: the quick executable served every call so far)
+                self.stats["misses"] += 1
             before, started = _resident(), time.perf_counter()
             quick = not full and _QUICK_PLATFORM and function.kind in _QUICK_KINDS \
                 and _argument_bytes(args) <= _QUICK_BYTES
@@ -232,7 +233,6 @@ class ExecutableCache:
             self.by_kind[function.kind] -= 1
             self.stats["promotions"] += 1
             compiled = self.compile(function, signature, args, full=True)
-            self.stats["misses"] -= 1  # (not a miss: the quick executable served every call so far)
             if function.compiled is tiered:
                 function.compiled = compiled
             return compiled
