@@ -27,7 +27,7 @@ from ..lowering import LOWERINGS, asserts, calling, draws_random
 from ..runtime import deferred, device_asserts, executables, generators, storages, transfer
 from ..runtime.dtypes import to_jax, to_torch
 from ..runtime.layout import Layout, contiguous_stride, read, write
-from . import buckets
+from . import buckets, collectives, segments
 
 log = logging.getLogger("torchneuron.compile")
 _stats = collections.Counter()
@@ -129,7 +129,7 @@ class CompiledGraph:
         host_new = {dt: jax.numpy.concatenate(values) for dt, values in host_new.items()}
         described, flat = [], []
         for o in outputs:
-            if hasattr(o, "shape"):
+            if _is_array(o):
                 described.append((tuple(o.shape), o.dtype))
                 flat.append(o.reshape(-1))
             else:
@@ -227,13 +227,13 @@ class CompiledGraph:
         if self.random_nodes:
             seed, offset = generators.next_seed_and_offset(device, None)
             rng = (np.uint64(seed), np.uint64(offset))
-        self.array_mask = tuple(hasattr(a, "shape") for a in arrays)
-        statics = tuple(a for a in arrays if not hasattr(a, "shape"))
+        self.array_mask = tuple(_is_array(a) for a in arrays)
+        statics = tuple(a for a in arrays if not _is_array(a))
         true_sizes = None if true is None else np.array(list(true.values()), np.int64)
         compiles = _stats["compiles"]
         failure = device_asserts.word(device.index) if self.checked else None
         outputs, mutated, failure = self._function_of_statics(statics)(
-            [a for a in arrays if hasattr(a, "shape")], rng, true_sizes, failure)
+            [a for a in arrays if _is_array(a)], rng, true_sizes, failure)
         if self.checked:
             device_asserts.update(device.index, failure)
         if _stats["compiles"] != compiles:
@@ -367,7 +367,7 @@ class CompiledGraph:
         executable per true sizes (run eagerly, JAX compiled each pad, slice and reshape on its
         own: ~40 small compiles per new length of a training step). With `flatten`, each result
         comes back flat, as a `_Flat` (its storage's buffer as it is)."""
-        where = tuple(i for i, v in enumerate(values) if hasattr(v, "shape"))
+        where = tuple(i for i, v in enumerate(values) if _is_array(v))
         key = (kind, where, tuple(true.items()), extra)
         function = self._functions.get(key)
         if function is None:
@@ -409,7 +409,7 @@ class CompiledGraph:
         return torch.device("neuron", torch.neuron.current_device())
 
     def _note_compile(self, arrays):
-        signature = tuple((a.shape, a.dtype) if hasattr(a, "shape") else a for a in arrays)
+        signature = tuple((a.shape, a.dtype) if _is_array(a) else a for a in arrays)
         if self.signatures:
             reason = f"{self.name}: new input signature {_describe_change(self.signatures, signature)}"
             _reasons.append(reason)
@@ -475,6 +475,12 @@ def _layouts(entries, offsets) -> dict:
     return layouts
 
 
+def _is_array(x) -> bool:
+    """An array (traced or concrete), not a static input such as a size or a DeviceMesh (which has a
+    `shape` too: DTensor graphs pass meshes through)."""
+    return isinstance(x, (jax.Array, np.ndarray))
+
+
 class _Static(tuple):
     """A graph output that is not an array (a size): the same for every call of a spec."""
 
@@ -517,7 +523,7 @@ def _from_array(value, device, host):
         if host:
             return transfer.host_tensor(np.asarray(value.flat).reshape(value.shape), to_torch(value.flat.dtype))
         return transfer.wrap(transfer.put(value.flat, device.index), value.shape, to_torch(value.flat.dtype), device)
-    if not hasattr(value, "shape"):
+    if not _is_array(value):
         return value
     if host:
         return transfer.host_tensor(np.asarray(value), to_torch(value.dtype))
@@ -540,7 +546,7 @@ def _match_meta(results, meta, multi):
     from ..runtime.dtypes import to_jax
 
     def one(r, m):
-        if isinstance(m, torch.Tensor) and hasattr(r, "shape"):
+        if isinstance(m, torch.Tensor) and _is_array(r):
             r = r.astype(to_jax(m.dtype))
             if all(type(d) is int for d in m.shape):  # symbolic sizes: the value already has them
                 r = jax.numpy.broadcast_to(r, tuple(m.shape))
@@ -561,6 +567,12 @@ def _describe_change(seen, signature) -> str:
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str = "graph"):
+    if collectives.in_graph(gm):
+        # Collectives run between compiled segments, issued early and waited for late.
+        segmented = segments.SegmentedGraph(gm, name, lambda module, part: compile_graph(module, None, part))
+        _stats["segmented_graphs"] += 1
+        _stats["graph_collectives"] += segmented.collectives
+        return segmented
     missing = _unsupported(gm)
     if missing:
         # Run the graph as eager neuron ops: slower, never on CPU.
@@ -573,7 +585,6 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str = "graph")
     def run(*inputs):
         return compiled(*inputs)
 
-    run._boxed_call = False
     return run
 
 
@@ -581,12 +592,24 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str = "graph")
 _DECOMPOSITIONS = {op: fn for op, fn in core_aten_decompositions().items() if op not in LOWERINGS}
 
 
+def _boxed(run):
+    """AOTAutograd's calling convention: one list of inputs, which the callee empties, so that a
+    backward's saved tensors are not kept alive by the list while the graph runs."""
+    def boxed(args: list):
+        inputs = tuple(args)
+        args.clear()
+        return run(*inputs)
+
+    boxed._boxed_call = True
+    return boxed
+
+
 def _forward(gm, example_inputs):
-    return compile_graph(gm, example_inputs, "forward")
+    return _boxed(compile_graph(gm, example_inputs, "forward"))
 
 
 def _backward(gm, example_inputs):
-    return compile_graph(gm, example_inputs, "backward")
+    return _boxed(compile_graph(gm, example_inputs, "backward"))
 
 
 neuron_backend = aot_autograd(fw_compiler=_forward, bw_compiler=_backward, decompositions=_DECOMPOSITIONS,

@@ -12,16 +12,20 @@ mismatched sizes. It costs one small extra round trip per collective; `check_met
 on a group skips it.
 
 Collectives run to completion before they return; the Work they hand back is already done, so
-`async_op=True` is accepted but does not overlap communication with compute.
+`async_op=True` is accepted but does not overlap communication with compute. Compiled graphs issue
+their functional collectives through `in_flight` instead, which does overlap; every collective
+called here first waits for those, so all of a group's collectives run in program order.
 """
 from __future__ import annotations
 
+import functools
 import zlib
 
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future
 
+from .in_flight import Queue
 from .transport import GlooTransport
 
 Op = dist.ReduceOp.RedOpType
@@ -74,6 +78,15 @@ _DTYPE_NAMES = {_code(str(d)): str(d) for d in vars(torch).values() if isinstanc
 ANY = -1  # a signature field that need not match
 
 
+def _in_order(collective):
+    """A collective that runs after the group's issued (in-flight) collectives."""
+    @functools.wraps(collective)
+    def run(self, *args, **kwargs):
+        self.in_flight.drain()
+        return collective(self, *args, **kwargs)
+    return run
+
+
 def _done(result) -> dist.Work:
     future = torch.futures.Future()
     future.set_result(result)
@@ -88,6 +101,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         self.transport = GlooTransport(store, rank, size, timeout)
         self._name = self._desc = ""
         self.check_metadata = True
+        self.in_flight = Queue(self)  # collectives issued by compiled graphs, run on a worker
 
     def getBackendName(self) -> str:
         return "neuron"
@@ -143,6 +157,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
             for h in outputs:
                 h.div_(self.size())
 
+    @_in_order
     @torch.no_grad()
     def allreduce(self, tensors, opts=None):
         opts = opts or dist.AllreduceOptions()
@@ -153,6 +168,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         _write_back(tensors, hosts * len(tensors))
         return _done(tensors)
 
+    @_in_order
     @torch.no_grad()
     def allreduce_coalesced(self, tensors, opts=None):
         opts = opts or dist.AllreduceCoalescedOptions()
@@ -166,6 +182,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         _write_back(tensors, hosts)
         return _done(tensors)
 
+    @_in_order
     @torch.no_grad()
     def reduce(self, tensors, opts=None):
         opts = opts or dist.ReduceOptions()
@@ -177,6 +194,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
             _write_back(tensors, hosts)
         return _done(tensors)
 
+    @_in_order
     @torch.no_grad()
     def reduce_scatter_single(self, output, input, opts=None):
         opts = opts or dist.ReduceScatterOptions()
@@ -188,6 +206,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         _write_back([output], [host_out])
         return _done([output])
 
+    @_in_order
     @torch.no_grad()
     def reduce_scatter(self, outputs, input_lists, opts=None):
         chunks = input_lists[0]
@@ -196,12 +215,14 @@ class NeuronProcessGroup(dist.ProcessGroup):
         flat = torch.cat([c.detach().reshape(-1) for c in chunks])
         return self.reduce_scatter_single(outputs[0], flat, opts)
 
+    @_in_order
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
         for output, input in zip(outputs, inputs):
             self.reduce_scatter_single(output, input, opts)
         return _done(outputs)
 
     # ------------------------------------------------------------------ data movement
+    @_in_order
     @torch.no_grad()
     def broadcast(self, tensors, opts=None):
         opts = opts or dist.BroadcastOptions()
@@ -214,6 +235,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
             _write_back(tensors, hosts)
         return _done(tensors)
 
+    @_in_order
     @torch.no_grad()
     def all_gather_single(self, output, input, opts=None):
         self._agree("all_gather", input.dtype, input.numel())
@@ -223,6 +245,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         _write_back([output], [host_out])
         return _done([output])
 
+    @_in_order
     @torch.no_grad()
     def allgather(self, output_lists, inputs, opts=None):
         outputs = output_lists[0]
@@ -235,11 +258,13 @@ class NeuronProcessGroup(dist.ProcessGroup):
         _write_back(outputs, list(host_out.unbind(0)))
         return _done(output_lists)
 
+    @_in_order
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
         for output, input in zip(outputs, inputs):
             self.all_gather_single(output, input, opts)
         return _done(outputs)
 
+    @_in_order
     @torch.no_grad()
     def all_to_all_single(self, output, input, output_splits, input_splits, opts=None):
         self._agree("all_to_all", input.dtype)
@@ -249,6 +274,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         _write_back([output], [host_out])
         return _done([output])
 
+    @_in_order
     @torch.no_grad()
     def alltoall(self, outputs, inputs, opts=None):
         self._agree("all_to_all", inputs[0].dtype)
@@ -260,6 +286,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         _write_back(outputs, [p.view(o.shape) for p, o in zip(pieces, outputs)])
         return _done(outputs)
 
+    @_in_order
     @torch.no_grad()
     def gather(self, output_lists, inputs, opts=None):
         opts = opts or dist.GatherOptions()
@@ -272,6 +299,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         _write_back(outputs, host_outs)
         return _done(output_lists)
 
+    @_in_order
     @torch.no_grad()
     def scatter(self, outputs, input_lists, opts=None):
         opts = opts or dist.ScatterOptions()
@@ -283,12 +311,14 @@ class NeuronProcessGroup(dist.ProcessGroup):
         _write_back(outputs[:1], [host_out])
         return _done(outputs)
 
+    @_in_order
     @torch.no_grad()
     def send(self, tensors, dst, tag=0):
         for h in _stage(tensors)[1]:
             self.transport.send(h, dst, tag)
         return _done(tensors)
 
+    @_in_order
     @torch.no_grad()
     def recv(self, tensors, src, tag=0):
         hosts = [_host_like(t) for t in tensors]
@@ -297,6 +327,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         _write_back(tensors, hosts)
         return _done(tensors)
 
+    @_in_order
     def barrier(self, opts=None):
         self.transport.barrier()
         return _done([])

@@ -1,0 +1,102 @@
+"""Functional collectives (`torch.ops._c10d_functional`) in compiled graphs.
+
+Tensor parallel, DTensor redistribution and SimpleFSDP trace their communication as functional
+collectives: a start op that returns the result-to-be (`all_reduce`, `all_gather_into_tensor`, ...)
+and a `wait_tensor` before its first use. Here is which nodes those are and how a segmented graph
+(`segments.py`) runs them: on a neuron process group a start is issued to the group's worker
+(`torchneuron.distributed.in_flight`) and returns at once; on any other group it runs the op itself.
+"""
+from __future__ import annotations
+
+import torch
+
+_F = torch.ops._c10d_functional
+
+
+def _one(node_args):
+    """(inputs, arguments) of a collective on one tensor: its group name is the last argument."""
+    return [node_args[0]], tuple(node_args[1:-1])
+
+
+def _many(node_args):
+    return list(node_args[0]), tuple(node_args[1:-1])
+
+
+# start op -> (in_flight collective, how its arguments split into (inputs, the collective's arguments),
+# whether it returns a list)
+STARTS = {
+    _F.all_reduce.default: ("all_reduce", _one, False),
+    _F.all_reduce_coalesced.default: ("all_reduce", _many, True),
+    _F.all_gather_into_tensor.default: ("all_gather", _one, False),
+    _F.all_gather_into_tensor_coalesced.default: ("all_gather", _many, True),
+    _F.reduce_scatter_tensor.default: ("reduce_scatter", _one, False),
+    _F.reduce_scatter_tensor_coalesced.default: ("reduce_scatter", _many, True),
+    _F.all_to_all_single.default: ("all_to_all", _one, False),
+    _F.broadcast.default: ("broadcast", _one, False),
+}
+WAIT = _F.wait_tensor.default
+
+
+def is_start(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and node.target in STARTS
+
+
+def is_wait(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and node.target is WAIT
+
+
+def in_graph(gm: torch.fx.GraphModule) -> bool:
+    return any(is_start(n) for n in gm.graph.nodes)
+
+
+class _Part:
+    """One result of a collective in flight (a coalesced one has several)."""
+
+    __slots__ = ("index", "issued")
+
+    def __init__(self, issued, index: int):
+        self.issued, self.index = issued, index
+
+    def wait(self) -> torch.Tensor:
+        return self.issued.wait()[self.index]
+
+
+class _Ran:
+    """The result of a collective that ran as its own op (a group other than neuron's)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def wait(self) -> torch.Tensor:
+        return _F.wait_tensor(self.value)
+
+
+def start(target, args) -> _Part | _Ran | list:
+    """Issue the collective `target(*args)`; returns what `wait` takes (a list of them for the
+    coalesced forms)."""
+    from ..distributed import in_flight
+    from ..distributed.process_group import NeuronProcessGroup
+
+    name, split, many = STARTS[target]
+    group = _group(args[-1])
+    inputs, arguments = split(args)
+    if not isinstance(group, NeuronProcessGroup) or any(t.device.type != "neuron" for t in inputs):
+        result = target(*args)
+        return [_Ran(r) for r in result] if many else _Ran(result)
+    issued = in_flight.issue(group, name, inputs, *arguments)
+    parts = [_Part(issued, i) for i in range(len(inputs))]
+    return parts if many else parts[0]
+
+
+def wait(pending) -> torch.Tensor:
+    if isinstance(pending, torch.Tensor):  # issued outside the graph (an input still in flight)
+        return _F.wait_tensor(pending)
+    return pending.wait()
+
+
+def _group(name_or_group):
+    if isinstance(name_or_group, str):
+        return torch._C._distributed_c10d._resolve_process_group(name_or_group)
+    return name_or_group
