@@ -34,8 +34,14 @@ def schedule(graph: torch.fx.Graph) -> None:
     for node in [n for n in graph.nodes if collectives.is_start(n)]:
         order = {n: i for i, n in enumerate(graph.nodes)}
         anchors = [n for n in node.all_input_nodes] + ([last_placeholder] if last_placeholder else [])
-        if anchors:
-            max(anchors, key=order.__getitem__).append(node)
+        if not anchors:
+            continue
+        anchor = max(anchors, key=order.__getitem__)
+        # never between a multi-output op and its getitems: a segment returns tensors, not tuples
+        while (anchor.next.op == "call_function" and anchor.next.target is operator.getitem
+               and not collectives.is_start(anchor.next.args[0]) and order[anchor.next.args[0]] <= order[anchor]):
+            anchor = anchor.next
+        anchor.append(node)
     for node in reversed([n for n in graph.nodes if collectives.is_wait(n)]):
         order = {n: i for i, n in enumerate(graph.nodes)}
         if node.users:

@@ -79,12 +79,14 @@ ANY = -1  # a signature field that need not match
 
 
 def _in_order(collective):
-    """A collective that runs after the group's issued (in-flight) collectives."""
+    """A collective that runs after the group's issued (in-flight) collectives. Never traced: a
+    compiled DDP module calls the group from C++ (bucket rebuilds) while Dynamo is tracing, and the
+    group's state is opaque to Dynamo."""
     @functools.wraps(collective)
     def run(self, *args, **kwargs):
         self.in_flight.drain()
         return collective(self, *args, **kwargs)
-    return run
+    return torch.compiler.disable(run, recursive=True)
 
 
 def _done(result) -> dist.Work:

@@ -1,0 +1,197 @@
+"""torch.compile over distributed training on neuron: functional collectives inside compiled graphs
+(tensor and sequence parallel, SimpleFSDP), FSDP2 around compiled blocks with a compiled optimizer
+step, DDP with a compiled model, and a dead rank inside a compiled step. Each pattern runs on 2
+spawned ranks against the same model on CPU, and shows no graph run op by op (`eager_graphs`)."""
+from __future__ import annotations
+
+import datetime
+import os
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from test_distributed import _close, slow, spawn
+from torchneuron.compile.backend import compile_stats
+from torchneuron.testing.models import MODELS, batches, loss_of
+
+pytestmark = slow  # spawned ranks compiling: about 20 s each
+
+
+class _Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(8)
+        self.up, self.down = torch.nn.Linear(8, 16), torch.nn.Linear(16, 8)
+
+    def forward(self, x):
+        return x + self.down(F.gelu(self.up(self.norm(x))))
+
+
+def _no_eager_graphs(segmented: bool = True) -> None:
+    stats = compile_stats()
+    assert stats.get("eager_graphs", 0) == 0, stats
+    if segmented:
+        assert stats.get("segmented_graphs", 0) >= 1 and stats.get("graph_collectives", 0) >= 1, stats
+
+
+def _full(t: torch.Tensor) -> torch.Tensor:
+    from torch.distributed.tensor import DTensor
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
+def _parallel_step(plan, shard_input: bool, rank: int, device) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+    mesh = init_device_mesh("neuron", (dist.get_world_size(),))
+    torch.manual_seed(0)
+    reference, block = _Block(), _Block()
+    block.load_state_dict(reference.state_dict())
+    block = torch.compile(parallelize_module(block.to(device), mesh, plan), backend="neuron")
+    compiles = None
+    for step in range(3):
+        x = torch.randn(2, 6, 8)
+        local = x.chunk(2, dim=1)[rank] if shard_input else x
+        out = block(local.to(device))
+        out.sum().backward()
+        ref = reference(x)
+        ref.sum().backward()
+        expected = ref.chunk(2, dim=1)[rank] if shard_input else ref
+        grads = [_full(p.grad).cpu() for p in block.parameters()]
+        _close([out.detach().cpu(), *grads], [expected.detach(), *[p.grad for p in reference.parameters()]])
+        if step == 0:
+            compiles = compile_stats()["compiles"]
+    assert compile_stats()["compiles"] == compiles, "recompiled after the first step"
+
+
+def _tensor_parallel_worker(rank: int, device) -> None:
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel
+    _parallel_step({"up": ColwiseParallel(), "down": RowwiseParallel()}, False, rank, device)
+    _no_eager_graphs()
+    torch._dynamo.reset()
+    _parallel_step({"norm": SequenceParallel(), "up": ColwiseParallel(input_layouts=Shard(1)),
+                    "down": RowwiseParallel(output_layouts=Shard(1))}, True, rank, device)
+    _no_eager_graphs()
+
+
+def test_compiled_tensor_and_sequence_parallel():
+    spawn(_tensor_parallel_worker)
+
+
+def _reference(kind: str, steps: int, lr: float) -> torch.nn.Module:
+    torch.manual_seed(0)
+    model = MODELS[kind]()
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    for x, y in batches(kind, steps):
+        opt.zero_grad()
+        loss_of(kind, model, x, y).backward()
+        opt.step()
+    return model
+
+
+def _simple_fsdp_worker(rank: int, device) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from torchneuron.distributed import simple_fsdp
+    world = dist.get_world_size()
+    for kind in ("mlp", "gpt"):
+        torch.manual_seed(0)
+        model = simple_fsdp.data_parallel(MODELS[kind]().to(device), init_device_mesh("neuron", (world,)))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        @torch.compile(backend="neuron")
+        def step(x, y):
+            opt.zero_grad()
+            loss = loss_of(kind, model, x, y)
+            loss.backward()
+            opt.step()
+            return loss
+
+        for x, y in batches(kind, 3):
+            step(x.chunk(world)[rank].to(device), y.chunk(world)[rank].to(device))
+        full = simple_fsdp.full_state(model)
+        reference = dict(_reference(kind, 3, 0.1).named_parameters())
+        assert full.keys() == reference.keys()
+        _close([full[n].cpu() for n in reference], [p.detach() for p in reference.values()])
+        # the parameters stay sharded: each rank holds its half
+        assert all(p.to_local().shape[0] <= (p.shape[0] + 1) // world for p in model.parameters())
+        _no_eager_graphs()
+
+
+def test_compiled_simple_fsdp_whole_step():
+    spawn(_simple_fsdp_worker)
+
+
+def _fsdp2_and_ddp_worker(rank: int, device) -> None:
+    from torch.distributed.fsdp import fully_shard
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    world, kind = dist.get_world_size(), "gpt"
+    # FSDP2 around compiled blocks, the optimizer step compiled
+    torch.manual_seed(0)
+    model = MODELS[kind]().to(device)
+    for layer in model.modules():
+        if type(layer).__name__ == "Block":
+            layer.compile(backend="neuron")
+            fully_shard(layer)
+    fully_shard(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt_step = torch.compile(opt.step, backend="neuron")
+    for x, y in batches(kind, 3):
+        opt.zero_grad()
+        loss_of(kind, model, x.chunk(world)[rank].to(device), y.chunk(world)[rank].to(device)).backward()
+        opt_step()
+    expected = [p.detach() for p in _reference(kind, 3, 0.1).parameters()]
+    _close([p.full_tensor().detach().cpu() for p in model.parameters()], expected)
+    _no_eager_graphs(segmented=False)
+    graphs = compile_stats()["graphs"]
+    assert graphs >= 3, compile_stats()  # a block's forward and backward, the optimizer step
+    # DDP with a compiled model, small buckets: DDPOptimizer splits the graph at bucket boundaries
+    # (the model is tiny: buckets of 16 KB, the first one too, split it into several)
+    dist._DEFAULT_FIRST_BUCKET_BYTES = 16 * 1024
+    torch.manual_seed(0)
+    ddp = DDP(MODELS[kind]().to(device), bucket_cap_mb=16 / 1024)
+    compiled = torch.compile(ddp, backend="neuron")
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    for x, y in batches(kind, 3):
+        opt.zero_grad()
+        loss_of(kind, compiled, x.chunk(world)[rank].to(device), y.chunk(world)[rank].to(device)).backward()
+        opt.step()
+    _close([p.detach().cpu() for p in ddp.module.parameters()], expected)
+    _no_eager_graphs(segmented=False)
+    assert compile_stats()["graphs"] - graphs > 2, "DDPOptimizer did not split the graph"
+
+
+def test_compiled_fsdp2_blocks_and_ddp():
+    spawn(_fsdp2_and_ddp_worker)
+
+
+def _dead_rank_in_compiled_step_worker(rank: int, device, deadline: float) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    mesh = init_device_mesh("neuron", (dist.get_world_size(),))
+    block = torch.compile(parallelize_module(_Block().to(device), mesh, {"up": ColwiseParallel(),
+                                                                          "down": RowwiseParallel()}),
+                          backend="neuron")
+    block(torch.randn(2, 6, 8, device=device)).sum().backward()  # compiled, collectives inside
+    dist.barrier()
+    if rank == 1:
+        os._exit(3)
+    time.sleep(1)
+    start = time.monotonic()
+    with pytest.raises(RuntimeError):
+        block(torch.randn(2, 6, 8, device=device)).sum().backward()
+    assert time.monotonic() - start < deadline
+    os._exit(0)  # (destroying the group would wait for the dead peer)
+
+
+def test_dead_rank_inside_compiled_step_raises():
+    context = spawn(_dead_rank_in_compiled_step_worker, 20.0, timeout=datetime.timedelta(seconds=5), join=False)
+    first, *others = context.processes
+    first.join(120)
+    for p in others:
+        p.kill()
+        p.join()
+    assert first.exitcode == 0, f"rank 0 did not raise in time (exit code {first.exitcode})"
