@@ -90,3 +90,25 @@ def test_compiled_collectives_backward(group):
     reference = weight.clone().requires_grad_()
     ((x @ reference).tanh() * 2).sum().backward()
     torch.testing.assert_close(w.grad.cpu(), reference.grad)
+
+
+def _three_gathers(x, group):
+    a = funcol.all_gather_tensor(x + 1, 0, group)
+    b = funcol.all_gather_tensor(x * 3, 0, group)
+    c = funcol.all_gather_tensor(x.exp(), 0, group)
+    return a.sin() + b, c * 2
+
+
+@pytest.mark.parametrize("cap, buckets", [(16 << 20, 1), (1, 3)])
+def test_collectives_issued_together_share_one_transfer(group, monkeypatch, cap, buckets):
+    monkeypatch.setattr(segments, "BUCKET_BYTES", cap)
+    torch._dynamo.reset()
+    x = torch.randn(4, 3)
+    before = compile_stats()
+    actual = torch.compile(_three_gathers, backend="neuron", fullgraph=True)(x.to("neuron"), group)
+    expected = ((x + 1).sin() + x * 3, x.exp() * 2)  # (one rank: a gather is the identity)
+    for a, e in zip(actual, expected, strict=True):
+        torch.testing.assert_close(a.cpu(), e)
+    after = compile_stats()
+    assert after["graph_collectives"] - before.get("graph_collectives", 0) == 3
+    assert after["collective_buckets"] - before.get("collective_buckets", 0) == buckets

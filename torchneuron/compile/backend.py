@@ -572,6 +572,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str = "graph")
         segmented = segments.SegmentedGraph(gm, name, lambda module, part: compile_graph(module, None, part))
         _stats["segmented_graphs"] += 1
         _stats["graph_collectives"] += segmented.collectives
+        _stats["collective_buckets"] += segmented.buckets
         return segmented
     missing = _unsupported(gm)
     if missing:

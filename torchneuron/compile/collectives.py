@@ -73,21 +73,45 @@ class _Ran:
         return _F.wait_tensor(self.value)
 
 
-def start(target, args) -> _Part | _Ran | list:
-    """Issue the collective `target(*args)`; returns what `wait` takes (a list of them for the
-    coalesced forms)."""
+# The collectives whose members can share one transfer (a bucket of all-gathers is one all-gather).
+MERGEABLE = {_F.all_reduce.default, _F.all_gather_into_tensor.default, _F.reduce_scatter_tensor.default}
+
+
+def bucket_key(node: torch.fx.Node):
+    """What collectives must share to go in one bucket (op, its arguments and group, dtype); None
+    for one that goes alone."""
+    value = node.meta.get("val")
+    if node.target not in MERGEABLE or not isinstance(value, torch.Tensor):
+        return None
+    return node.target, tuple(node.args[1:]), value.dtype
+
+
+def bytes_of(node: torch.fx.Node) -> int:
+    value = node.meta.get("val")
+    return value.numel() * value.element_size() if isinstance(value, torch.Tensor) else 0
+
+
+def start(target, args_list) -> list:
+    """Issue collective `target` for each argument tuple of `args_list` (a bucket: one group, the
+    same arguments) as one transfer; returns per member what `wait` takes (a list of them for a
+    coalesced form)."""
     from ..distributed import in_flight
     from ..distributed.process_group import NeuronProcessGroup
 
     name, split, many = STARTS[target]
-    group = _group(args[-1])
-    inputs, arguments = split(args)
+    group = _group(args_list[0][-1])
+    members = [split(args) for args in args_list]
+    inputs = [t for member_inputs, _ in members for t in member_inputs]
     if not isinstance(group, NeuronProcessGroup) or any(t.device.type != "neuron" for t in inputs):
-        result = target(*args)
-        return [_Ran(r) for r in result] if many else _Ran(result)
-    issued = in_flight.issue(group, name, inputs, *arguments)
-    parts = [_Part(issued, i) for i in range(len(inputs))]
-    return parts if many else parts[0]
+        results = [target(*args) for args in args_list]
+        return [[_Ran(r) for r in result] if many else _Ran(result) for result in results]
+    issued = in_flight.issue(group, name, inputs, *members[0][1])
+    out, index = [], 0
+    for member_inputs, _ in members:
+        parts = [_Part(issued, index + i) for i in range(len(member_inputs))]
+        index += len(member_inputs)
+        out.append(parts if many else parts[0])
+    return out
 
 
 def wait(pending) -> torch.Tensor:

@@ -48,6 +48,57 @@ def schedule(graph: torch.fx.Graph) -> None:
             min(node.users, key=order.__getitem__).prepend(node)
 
 
+# A bucket's size cap: collectives issued close together share one transfer up to this many bytes
+# (each transfer costs a device read, a host round trip and a check of the ranks' agreement).
+BUCKET_BYTES = 16 << 20
+
+
+def _source(wait: torch.fx.Node) -> torch.fx.Node:
+    """The start a wait is for."""
+    n = wait.args[0]
+    return n.args[0] if _is_part(n) else n
+
+
+def bucket(graph: torch.fx.Graph, cap: int | None = None) -> dict[torch.fx.Node, int]:
+    """Group scheduled collectives into buckets, each issued as one transfer; returns each start's
+    bucket. A bucket takes starts of the same kind, arguments and dtype until it holds `cap` bytes or
+    one of its results is waited for. Its members move down to the last one (the bucket is issued
+    once all its inputs exist), and all its waits up to the first (its results arrive together)."""
+    cap = BUCKET_BYTES if cap is None else cap
+    bucket_of: dict[torch.fx.Node, int] = {}
+    members: list[list[torch.fx.Node]] = []
+    open_buckets: dict = {}  # key -> (bucket, bytes so far)
+    for node in list(graph.nodes):
+        if collectives.is_start(node):
+            key = collectives.bucket_key(node)
+            index, size = open_buckets.get(key, (len(members), 0)) if key is not None else (len(members), 0)
+            if index == len(members):
+                members.append([])
+            members[index].append(node)
+            bucket_of[node] = index
+            size += collectives.bytes_of(node)
+            if key is not None and size < cap:
+                open_buckets[key] = (index, size)
+            else:
+                open_buckets.pop(key, None)
+        elif collectives.is_wait(node) and _source(node) in bucket_of:
+            index = bucket_of[_source(node)]
+            open_buckets = {k: v for k, v in open_buckets.items() if v[0] != index}
+    waits: dict[int, list[torch.fx.Node]] = {}
+    for node in graph.nodes:
+        if collectives.is_wait(node) and _source(node) in bucket_of:
+            waits.setdefault(bucket_of[_source(node)], []).append(node)
+    for index, nodes in enumerate(members):
+        if len(nodes) < 2:
+            continue
+        for n in nodes[:-1]:
+            nodes[-1].prepend(n)
+        found = waits.get(index, [])
+        for w in found[1:]:
+            found[0].prepend(w)
+    return bucket_of
+
+
 class _Segment:
     """Ops between collectives, as one compiled graph: reads `inputs` from the environment and
     writes `outputs` (the values used after it)."""
@@ -64,13 +115,14 @@ class _Segment:
 
 
 class _Collective:
-    """A start (issues), a part of a coalesced start, or a wait."""
+    """A bucket of starts (issued as one transfer), a part of a coalesced start, or a wait."""
 
     def __init__(self, node):
         self.node = node
+        self.bucket = [node]
 
     def reads(self):
-        return self.node.all_input_nodes
+        return [a for n in self.bucket for a in n.all_input_nodes]
 
     def __call__(self, env):
         node = self.node
@@ -83,7 +135,7 @@ class _Collective:
             return a
 
         if collectives.is_start(node):
-            env[node] = collectives.start(node.target, value(node.args))
+            env.update(zip(self.bucket, collectives.start(node.target, [value(n.args) for n in self.bucket])))
         elif collectives.is_wait(node):
             env[node] = collectives.wait(env[node.args[0]])
         else:
@@ -121,6 +173,7 @@ class SegmentedGraph:
 
     def __init__(self, gm: torch.fx.GraphModule, name: str, compile_segment):
         schedule(gm.graph)
+        bucket_of = bucket(gm.graph)
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.output = next(n for n in gm.graph.nodes if n.op == "output").args[0]
         self.steps: list = []
@@ -138,7 +191,12 @@ class SegmentedGraph:
                 continue
             if collectives.is_start(node) or collectives.is_wait(node) or _is_part(node):
                 close()
-                self.steps.append(_Collective(node))
+                previous = self.steps[-1] if self.steps else None
+                if (collectives.is_start(node) and isinstance(previous, _Collective)
+                        and bucket_of.get(previous.node, -1) == bucket_of[node]):
+                    previous.bucket.append(node)  # the same bucket: one transfer
+                else:
+                    self.steps.append(_Collective(node))
             else:
                 pending.append(node)
         close()
@@ -154,7 +212,9 @@ class SegmentedGraph:
             if n not in kept:
                 self.release[index].append(n)
         self.segments = sum(isinstance(s, _Segment) for s in self.steps)
-        self.collectives = sum(isinstance(s, _Collective) and collectives.is_start(s.node) for s in self.steps)
+        self.collectives = sum(len(s.bucket) for s in self.steps if isinstance(s, _Collective)
+                               and collectives.is_start(s.node))
+        self.buckets = sum(isinstance(s, _Collective) and collectives.is_start(s.node) for s in self.steps)
 
     def output_nodes(self) -> list[torch.fx.Node]:
         found = []

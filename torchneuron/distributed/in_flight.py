@@ -12,8 +12,10 @@ collective in program order), so eager and compiled collectives can be mixed fre
 """
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import threading
+import time
 
 import numpy as np
 import torch
@@ -24,6 +26,18 @@ from ..runtime import transfer
 _REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "product": dist.ReduceOp.PRODUCT,
                "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}
 _worker_thread = threading.local()  # .group: the group whose worker this thread is
+_stats = collections.Counter()
+
+
+def stats() -> dict:
+    """Issued collectives: how many, the seconds their jobs took on the workers (device read,
+    transport, checks), and the seconds callers were blocked waiting for them. 1 - waited / busy
+    is the share of collective time hidden behind the caller's compute."""
+    return dict(_stats)
+
+
+def reset_stats() -> None:
+    _stats.clear()
 
 
 def reduce_op(name: str):
@@ -79,7 +93,9 @@ class Issued:
 
     def wait(self) -> list[torch.Tensor]:
         if self.results is None:
+            started = time.perf_counter()
             hosts = self.future.result()
+            _stats["waited_s"] += time.perf_counter() - started
             self.results = [_to_device(h, self.device) for h in hosts]
         return self.results
 
@@ -110,23 +126,34 @@ def _all_reduce(group, hosts, op):
 
 
 def _all_gather(group, hosts, group_size):
-    results = []
+    """One transport call for all of `hosts` (a bucket): each rank sends its inputs end to end, and
+    each result is its column of the gathered table."""
+    if len({h.dtype for h in hosts}) > 1:
+        return [r for h in hosts for r in _all_gather(group, [h], group_size)]
+    flat = torch.cat([h.reshape(-1) for h in hosts]) if len(hosts) > 1 else hosts[0].reshape(-1).contiguous()
+    table = torch.empty((group_size, flat.numel()), dtype=flat.dtype)
+    group.all_gather_single(table.view(-1), flat)
+    results, offset = [], 0
     for h in hosts:
-        out = torch.empty((h.shape[0] * group_size, *h.shape[1:]) if h.dim() else (group_size,), dtype=h.dtype)
-        group.all_gather_single(out, h.contiguous())
-        results.append(out)
+        rows = table[:, offset:offset + h.numel()]
+        results.append(rows.reshape((group_size * h.shape[0], *h.shape[1:]) if h.dim() else (group_size,)))
+        offset += h.numel()
     return results
 
 
 def _reduce_scatter(group, hosts, op, group_size):
-    results = []
-    for h in hosts:
-        out = torch.empty((h.shape[0] // group_size, *h.shape[1:]), dtype=h.dtype)
-        opts = dist.ReduceScatterOptions()
-        opts.reduceOp = reduce_op(op)
-        group.reduce_scatter_single(out, h.contiguous(), opts)
-        results.append(out)
-    return results
+    """One transport call for all of `hosts`: rank r's share of every input, end to end, is row r
+    of the table scattered."""
+    if len({h.dtype for h in hosts}) > 1:
+        return [r for h in hosts for r in _reduce_scatter(group, [h], op, group_size)]
+    shares = [h.reshape(group_size, -1) for h in hosts]
+    table = torch.cat(shares, dim=1) if len(shares) > 1 else shares[0]
+    out = torch.empty(table.shape[1], dtype=table.dtype)
+    opts = dist.ReduceScatterOptions()
+    opts.reduceOp = reduce_op(op)
+    group.reduce_scatter_single(out, table.contiguous().view(-1), opts)
+    return [piece.view((h.shape[0] // group_size, *h.shape[1:]))
+            for piece, h in zip(out.split([s.shape[1] for s in shares]), hosts)]
 
 
 def _all_to_all(group, hosts, output_splits, input_splits):
@@ -162,5 +189,13 @@ def issue(group, name: str, inputs: list[torch.Tensor], *arguments) -> Issued:
     # reads it. Dispatched, not waited for.
     values = [transfer.value_of(t).copy() for t in inputs]
     dtypes = [t.dtype for t in inputs]
-    future = group.in_flight.submit(lambda: run(group, _staged(values, dtypes), *arguments))
+    def job():
+        started = time.perf_counter()
+        try:
+            return run(group, _staged(values, dtypes), *arguments)
+        finally:
+            _stats["busy_s"] += time.perf_counter() - started
+
+    _stats["issued"] += 1
+    future = group.in_flight.submit(job)
     return Issued(future, inputs[0].device, name)
