@@ -12,8 +12,8 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-
 from test_distributed import _close, slow, spawn
+
 from torchneuron.compile.backend import compile_stats
 from torchneuron.testing.models import MODELS, batches, loss_of
 
@@ -92,33 +92,37 @@ def _reference(kind: str, steps: int, lr: float) -> torch.nn.Module:
     return model
 
 
-def _simple_fsdp_worker(rank: int, device) -> None:
+def _simple_fsdp_train(kind: str, rank: int, device) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
     from torchneuron.distributed import simple_fsdp
     world = dist.get_world_size()
+    torch.manual_seed(0)
+    model = simple_fsdp.data_parallel(MODELS[kind]().to(device), init_device_mesh("neuron", (world,)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    @torch.compile(backend="neuron")
+    def step(x, y):
+        opt.zero_grad()
+        loss = loss_of(kind, model, x, y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    for x, y in batches(kind, 3):
+        step(x.chunk(world)[rank].to(device), y.chunk(world)[rank].to(device))
+    full = simple_fsdp.full_state(model)
+    reference = dict(_reference(kind, 3, 0.1).named_parameters())
+    assert full.keys() == reference.keys()
+    _close([full[n].cpu() for n in reference], [p.detach() for p in reference.values()])
+    # the parameters stay sharded: each rank holds its half
+    assert all(p.to_local().shape[0] <= (p.shape[0] + 1) // world for p in model.parameters())
+    _no_eager_graphs()
+
+
+def _simple_fsdp_worker(rank: int, device) -> None:
     for kind in ("mlp", "gpt"):
-        torch.manual_seed(0)
-        model = simple_fsdp.data_parallel(MODELS[kind]().to(device), init_device_mesh("neuron", (world,)))
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-
-        @torch.compile(backend="neuron")
-        def step(x, y):
-            opt.zero_grad()
-            loss = loss_of(kind, model, x, y)
-            loss.backward()
-            opt.step()
-            return loss
-
-        for x, y in batches(kind, 3):
-            step(x.chunk(world)[rank].to(device), y.chunk(world)[rank].to(device))
-        full = simple_fsdp.full_state(model)
-        reference = dict(_reference(kind, 3, 0.1).named_parameters())
-        assert full.keys() == reference.keys()
-        _close([full[n].cpu() for n in reference], [p.detach() for p in reference.values()])
-        # the parameters stay sharded: each rank holds its half
-        assert all(p.to_local().shape[0] <= (p.shape[0] + 1) // world for p in model.parameters())
-        _no_eager_graphs()
+        _simple_fsdp_train(kind, rank, device)
 
 
 def test_compiled_simple_fsdp_whole_step():

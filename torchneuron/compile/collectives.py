@@ -3,8 +3,9 @@
 Tensor parallel, DTensor redistribution and SimpleFSDP trace their communication as functional
 collectives: a start op that returns the result-to-be (`all_reduce`, `all_gather_into_tensor`, ...)
 and a `wait_tensor` before its first use. Here is which nodes those are and how a segmented graph
-(`segments.py`) runs them: on a neuron process group a start is issued to the group's worker
-(`torchneuron.distributed.in_flight`) and returns at once; on any other group it runs the op itself.
+(`segments.py`) runs them: on a group with `issue_collective` (the neuron process group) a start is
+issued to the group's worker (`torchneuron.distributed.in_flight`) and returns at once; on any other
+group it runs the op itself.
 """
 from __future__ import annotations
 
@@ -95,17 +96,17 @@ def start(target, args_list) -> list:
     """Issue collective `target` for each argument tuple of `args_list` (a bucket: one group, the
     same arguments) as one transfer; returns per member what `wait` takes (a list of them for a
     coalesced form)."""
-    from ..distributed import in_flight
-    from ..distributed.process_group import NeuronProcessGroup
-
     name, split, many = STARTS[target]
     group = _group(args_list[0][-1])
     members = [split(args) for args in args_list]
     inputs = [t for member_inputs, _ in members for t in member_inputs]
-    if not isinstance(group, NeuronProcessGroup) or any(t.device.type != "neuron" for t in inputs):
+    # A group that can issue without waiting says so with `issue_collective` (the neuron process
+    # group: torchneuron.distributed.in_flight); compile does not import the distributed layer.
+    issue_collective = getattr(group, "issue_collective", None)
+    if issue_collective is None or any(t.device.type != "neuron" for t in inputs):
         results = [target(*args) for args in args_list]
         return [[_Ran(r) for r in result] if many else _Ran(result) for result in results]
-    issued = in_flight.issue(group, name, inputs, *members[0][1])
+    issued = issue_collective(name, inputs, *members[0][1])
     out, index = [], 0
     for member_inputs, _ in members:
         parts = [_Part(issued, index + i) for i in range(len(member_inputs))]

@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future
 
+from . import in_flight
 from .in_flight import Queue
 from .transport import GlooTransport
 
@@ -104,6 +105,12 @@ class NeuronProcessGroup(dist.ProcessGroup):
         self._name = self._desc = ""
         self.check_metadata = True
         self.in_flight = Queue(self)  # collectives issued by compiled graphs, run on a worker
+
+    def issue_collective(self, name: str, inputs: list[torch.Tensor], *arguments):
+        """Start collective `name` (`in_flight.COLLECTIVES`) of neuron tensors `inputs` without
+        waiting; returns an `in_flight.Issued`, whose `wait()` gives the results. For compiled
+        graphs (torchneuron.compile.collectives)."""
+        return in_flight.issue(self, name, inputs, *arguments)
 
     def getBackendName(self) -> str:
         return "neuron"
