@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/compile.py
 	$(PY) benchmarks/fused_eager.py
 	$(VENV)/bin/torchrun --nproc-per-node=2 benchmarks/collectives.py
+	$(VENV)/bin/torchrun --nproc-per-node=2 benchmarks/distributed_step.py
 
 # The full OpInfo conformance run, every default dtype (about an hour here; float32 alone, about 5
 # minutes: --dtypes float32) and the Hugging Face sweep (hours).

@@ -199,3 +199,28 @@ def test_dead_rank_inside_compiled_step_raises():
         p.kill()
         p.join()
     assert first.exitcode == 0, f"rank 0 did not raise in time (exit code {first.exitcode})"
+
+
+def _mesh_2d_tensor_parallel_worker(rank: int, device) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    mesh = init_device_mesh("neuron", (2, 2), mesh_dim_names=("dp", "tp"))
+    torch.manual_seed(0)
+    reference, block = _Block(), _Block()
+    block.load_state_dict(reference.state_dict())
+    # tensor parallel inside each data-parallel replica: collectives on sub-groups, two at a time
+    block = torch.compile(parallelize_module(block.to(device), mesh["tp"], {"up": ColwiseParallel(),
+                                                                            "down": RowwiseParallel()}),
+                          backend="neuron")
+    x = torch.randn(2, 6, 8, generator=torch.Generator().manual_seed(mesh.get_local_rank("dp")))
+    out = block(x.to(device))
+    out.sum().backward()
+    ref = reference(x)
+    ref.sum().backward()
+    grads = [_full(p.grad).cpu() for p in block.parameters()]
+    _close([out.detach().cpu(), *grads], [ref.detach(), *[p.grad for p in reference.parameters()]])
+    _no_eager_graphs()
+
+
+def test_compiled_tensor_parallel_on_a_2x2_mesh():
+    spawn(_mesh_2d_tensor_parallel_worker, world=4)

@@ -20,7 +20,9 @@ TORCHNEURON_CORES >= nproc-per-node (default 2).
 Transport and its cost: the process group (`process_group.NeuronProcessGroup`) stages tensors
 through host memory and moves them with gloo over TCP (`transport.GlooTransport`, on the same
 store). A collective costs one device-to-host and one host-to-device transfer on top of gloo,
-and runs synchronously: `async_op=True` works but does not overlap with compute. The transport
+and runs synchronously: `async_op=True` works but does not overlap with compute. Collectives inside
+compiled graphs are issued to a worker thread per group instead (`in_flight`), bucketed, and waited
+for only where their results are used, so they overlap the graph's compute (docs/COMPILE.md). The transport
 is one small class of CPU-tensor collectives so that a device-native one (PJRT collectives
 between NeuronCores, no host round trip) can replace it without touching the process group.
 
