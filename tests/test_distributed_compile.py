@@ -11,6 +11,7 @@ import time
 import pytest
 import torch
 import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
 import torch.nn.functional as F
 from test_distributed import _close, slow, spawn
 
@@ -224,3 +225,18 @@ def _mesh_2d_tensor_parallel_worker(rank: int, device) -> None:
 
 def test_compiled_tensor_parallel_on_a_2x2_mesh():
     spawn(_mesh_2d_tensor_parallel_worker, world=4)
+
+
+def _mismatch_in_compiled_step_worker(rank: int, device) -> None:
+    # the ranks compile different graphs: their all-reduces disagree in size, and both raise
+    def step(x):
+        return funcol.all_reduce(x * 2, "sum", dist.group.WORLD).sum()
+
+    with pytest.raises(RuntimeError, match="ranks disagree on allreduce"):
+        torch.compile(step, backend="neuron")(torch.ones(4 + rank, device=device)).item()
+    _no_eager_graphs()
+    dist.barrier()  # the group still works
+
+
+def test_mismatched_collectives_in_compiled_graphs_raise():
+    spawn(_mismatch_in_compiled_step_worker, timeout=datetime.timedelta(seconds=10))
