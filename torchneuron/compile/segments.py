@@ -2,9 +2,10 @@
 
 The graph is first rescheduled: each collective is issued right after its inputs are computed and
 waited for right before its first use, so the ops in between (everything that does not depend on
-the collective) run on the device while the transport moves the bytes. The ops between two
-collective steps become one segment, compiled like any graph (`backend.compile_graph`): a
-tensor-parallel MLP's forward is two executables around one all-reduce.
+the collective) run on the device while the transport moves the bytes. Collectives issued close
+together then share buckets, one transfer each (a SimpleFSDP forward's all-gathers are one). The
+ops between two collective steps become one segment, compiled like any graph
+(`backend.compile_graph`): a tensor-parallel MLP's forward is two executables around one all-reduce.
 """
 from __future__ import annotations
 
