@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import datetime
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -13,7 +15,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 import torch.nn.functional as F
-from test_distributed import _close, slow, spawn
+from test_distributed import ROOT, _close, _free_port, slow, spawn
 
 from torchneuron.compile.backend import compile_stats
 from torchneuron.testing.models import MODELS, batches, loss_of
@@ -240,3 +242,16 @@ def _mismatch_in_compiled_step_worker(rank: int, device) -> None:
 
 def test_mismatched_collectives_in_compiled_graphs_raise():
     spawn(_mismatch_in_compiled_step_worker, timeout=datetime.timedelta(seconds=10))
+
+
+def test_collectives_inside_the_xla_program_opt_in():
+    # TORCHNEURON_XLA_COLLECTIVES=1: JAX's multi-process runtime, graphs as one program per rank
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", TORCHNEURON_XLA_COLLECTIVES="1",
+               TORCHNEURON_CORES="2")
+    port = _free_port()
+    env["TORCHNEURON_JAX_COORDINATOR"] = f"127.0.0.1:{_free_port()}"
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--master-port",
+                          str(port), os.path.join(ROOT, "tests", "xla_collectives_job.py")],
+                         check=False, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split().count("ok") == 2

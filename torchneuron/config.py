@@ -29,6 +29,11 @@ ENVIRONMENT = {
                                    "synchronisation",
     "TORCHNEURON_DEVICE_ASSERTS": "'0' compiles ops without their device-side checks (index bounds); "
                                   "default '1'",
+    "TORCHNEURON_XLA_COLLECTIVES": "'1' under torchrun starts JAX's multi-process runtime (gloo collectives "
+                                   "on cpu) and compiles graphs with world-group collectives as one XLA "
+                                   "program per rank; default '0' runs them between compiled segments",
+    "TORCHNEURON_JAX_COORDINATOR": "host:port of JAX's multi-process coordinator (with "
+                                   "TORCHNEURON_XLA_COLLECTIVES=1); default MASTER_ADDR:MASTER_PORT+1",
 }
 
 PLATFORM = os.environ.get("TORCHNEURON_PLATFORM", "cpu")
@@ -70,3 +75,5 @@ BUCKETS = os.environ.get("TORCHNEURON_BUCKETS", "1") != "0"
 MIN_BUCKET = int(os.environ.get("TORCHNEURON_MIN_BUCKET", "8"))
 LAUNCH_BLOCKING = os.environ.get("TORCHNEURON_LAUNCH_BLOCKING", "0") == "1"
 DEVICE_ASSERTS = os.environ.get("TORCHNEURON_DEVICE_ASSERTS", "1") != "0"
+XLA_COLLECTIVES = os.environ.get("TORCHNEURON_XLA_COLLECTIVES", "0") == "1"
+JAX_COORDINATOR = os.environ.get("TORCHNEURON_JAX_COORDINATOR")

@@ -260,7 +260,7 @@ def _from_host_array(a) -> torch.Tensor:
 def _cpu_kernel(name: str, fn: Callable, n_returns: int) -> Callable:
     def cpu(*args, **kwargs):
         call, tensors = _bind(fn, args, kwargs, _is_torch_tensor)
-        host = jax.devices("cpu")[0]
+        host = jax.local_devices(backend="cpu")[0]
         with jax.default_device(host):
             out = call(*[jax.device_put(_to_host_array(t), host) for t in tensors])
         made = [_from_host_array(r) for r in _results(name, out, n_returns)]

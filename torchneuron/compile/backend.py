@@ -27,7 +27,7 @@ from ..lowering import LOWERINGS, asserts, calling, draws_random
 from ..runtime import deferred, device_asserts, executables, generators, storages, transfer
 from ..runtime.dtypes import to_jax, to_torch
 from ..runtime.layout import Layout, contiguous_stride, read, write
-from . import buckets, collectives, segments
+from . import buckets, collectives, segments, xla_collectives
 
 log = logging.getLogger("torchneuron.compile")
 _stats = collections.Counter()
@@ -568,6 +568,12 @@ def _describe_change(seen, signature) -> str:
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str = "graph"):
     if collectives.in_graph(gm):
+        if config.XLA_COLLECTIVES and xla_collectives.eligible(gm) and not [
+                op for op in _unsupported(gm) if not op.startswith("_c10d_functional.")]:
+            spmd = xla_collectives.compile_graph(gm, name, CompiledGraph)
+            if spmd is not None:  # one XLA program per rank, the collectives inside
+                _stats["spmd_graphs"] += 1
+                return spmd
         # Collectives run between compiled segments, issued early and waited for late.
         segmented = segments.SegmentedGraph(gm, name, lambda module, part: compile_graph(module, None, part))
         _stats["segmented_graphs"] += 1

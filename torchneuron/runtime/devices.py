@@ -27,6 +27,27 @@ ASYNCHRONOUS = config.PLATFORM != "cpu" or config.ASYNC_DISPATCH
 # Whether device buffers live in host memory (and may adopt host arrays handed to them).
 HOST_MEMORY = config.PLATFORM == "cpu"
 
+
+def _start_multi_process() -> bool:
+    """With TORCHNEURON_XLA_COLLECTIVES=1 under a launcher (RANK, WORLD_SIZE, MASTER_ADDR and
+    MASTER_PORT set), join JAX's multi-process runtime before its backend starts, so XLA programs can
+    hold collectives across the ranks (on cpu through gloo). Its coordinator listens on
+    MASTER_PORT + 1 (TORCHNEURON_JAX_COORDINATOR overrides: host:port)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if not config.XLA_COLLECTIVES or world < 2 or "RANK" not in os.environ:
+        return False
+    if config.PLATFORM == "cpu":
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    coordinator = config.JAX_COORDINATOR or \
+        f"{os.environ.get('MASTER_ADDR', '127.0.0.1')}:{int(os.environ.get('MASTER_PORT', '29500')) + 1}"
+    jax.distributed.initialize(coordinator, num_processes=world, process_id=int(os.environ["RANK"]))
+    return True
+
+
+# Whether this process is one rank of JAX's multi-process runtime (jax.devices() then lists every
+# rank's devices; this rank's NeuronCores are its local ones).
+MULTI_PROCESS = _start_multi_process()
+
 _devices: list | None = None
 
 
@@ -34,7 +55,7 @@ def jax_devices() -> list:
     """The PJRT devices that are neuron:0, neuron:1, ..."""
     global _devices
     if _devices is None:
-        found = jax.devices(config.PLATFORM)
+        found = jax.local_devices(backend=config.PLATFORM)
         _devices = found[: config.CORES] if config.PLATFORM == "cpu" else found
     return _devices
 
