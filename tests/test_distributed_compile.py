@@ -14,23 +14,12 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
-import torch.nn.functional as F
-from test_distributed import ROOT, _close, _free_port, slow, spawn
+from test_distributed import ROOT, _close, _free_port, _full_batch_reference, slow, spawn
 
 from torchneuron.compile.backend import compile_stats
-from torchneuron.testing.models import MODELS, batches, loss_of
+from torchneuron.testing.models import MODELS, NormMLP, batches, loss_of
 
 pytestmark = slow  # spawned ranks compiling: about 20 s each
-
-
-class _Block(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.norm = torch.nn.LayerNorm(8)
-        self.up, self.down = torch.nn.Linear(8, 16), torch.nn.Linear(16, 8)
-
-    def forward(self, x):
-        return x + self.down(F.gelu(self.up(self.norm(x))))
 
 
 def _no_eager_graphs(segmented: bool = True) -> None:
@@ -50,7 +39,7 @@ def _parallel_step(plan, shard_input: bool, rank: int, device) -> None:
     from torch.distributed.tensor.parallel import parallelize_module
     mesh = init_device_mesh("neuron", (dist.get_world_size(),))
     torch.manual_seed(0)
-    reference, block = _Block(), _Block()
+    reference, block = NormMLP(), NormMLP()
     block.load_state_dict(reference.state_dict())
     block = torch.compile(parallelize_module(block.to(device), mesh, plan), backend="neuron")
     compiles = None
@@ -84,17 +73,6 @@ def test_compiled_tensor_and_sequence_parallel():
     spawn(_tensor_parallel_worker)
 
 
-def _reference(kind: str, steps: int, lr: float) -> torch.nn.Module:
-    torch.manual_seed(0)
-    model = MODELS[kind]()
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
-    for x, y in batches(kind, steps):
-        opt.zero_grad()
-        loss_of(kind, model, x, y).backward()
-        opt.step()
-    return model
-
-
 def _simple_fsdp_train(kind: str, rank: int, device) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -115,9 +93,10 @@ def _simple_fsdp_train(kind: str, rank: int, device) -> None:
     for x, y in batches(kind, 3):
         step(x.chunk(world)[rank].to(device), y.chunk(world)[rank].to(device))
     full = simple_fsdp.full_state(model)
-    reference = dict(_reference(kind, 3, 0.1).named_parameters())
+    names = [n for n, _ in MODELS[kind]().named_parameters()]
+    reference = dict(zip(names, _full_batch_reference(kind, 3, 0.1), strict=True))
     assert full.keys() == reference.keys()
-    _close([full[n].cpu() for n in reference], [p.detach() for p in reference.values()])
+    _close([full[n].cpu() for n in reference], list(reference.values()))
     # the parameters stay sharded: each rank holds its half
     assert all(p.to_local().shape[0] <= (p.shape[0] + 1) // world for p in model.parameters())
     _no_eager_graphs()
@@ -150,7 +129,7 @@ def _fsdp2_and_ddp_worker(rank: int, device) -> None:
         opt.zero_grad()
         loss_of(kind, model, x.chunk(world)[rank].to(device), y.chunk(world)[rank].to(device)).backward()
         opt_step()
-    expected = [p.detach() for p in _reference(kind, 3, 0.1).parameters()]
+    expected = _full_batch_reference(kind, 3, 0.1)
     _close([p.full_tensor().detach().cpu() for p in model.parameters()], expected)
     _no_eager_graphs(segmented=False)
     graphs = compile_stats()["graphs"]
@@ -179,7 +158,7 @@ def _dead_rank_in_compiled_step_worker(rank: int, device, deadline: float) -> No
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
     mesh = init_device_mesh("neuron", (dist.get_world_size(),))
-    block = torch.compile(parallelize_module(_Block().to(device), mesh, {"up": ColwiseParallel(),
+    block = torch.compile(parallelize_module(NormMLP().to(device), mesh, {"up": ColwiseParallel(),
                                                                           "down": RowwiseParallel()}),
                           backend="neuron")
     block(torch.randn(2, 6, 8, device=device)).sum().backward()  # compiled, collectives inside
@@ -211,7 +190,7 @@ def _mesh_2d_tensor_parallel_worker(rank: int, device) -> None:
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
     mesh = init_device_mesh("neuron", (2, 2), mesh_dim_names=("dp", "tp"))
     torch.manual_seed(0)
-    reference, block = _Block(), _Block()
+    reference, block = NormMLP(), NormMLP()
     block.load_state_dict(reference.state_dict())
     # tensor parallel inside each data-parallel replica: collectives on sub-groups, two at a time
     block = torch.compile(parallelize_module(block.to(device), mesh["tp"], {"up": ColwiseParallel(),

@@ -2,7 +2,6 @@
 with collectives compile as one XLA program per rank, equal to the model on CPU. Prints "ok"."""
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Shard
 from torch.distributed.tensor.parallel import (
@@ -16,17 +15,7 @@ import torchneuron.distributed as tnd
 from torchneuron.compile.backend import compile_stats
 from torchneuron.distributed import simple_fsdp
 from torchneuron.runtime import devices
-from torchneuron.testing.models import MODELS, batches, loss_of
-
-
-class Block(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.norm = torch.nn.LayerNorm(8)
-        self.up, self.down = torch.nn.Linear(8, 16), torch.nn.Linear(16, 8)
-
-    def forward(self, x):
-        return x + self.down(F.gelu(self.up(self.norm(x))))
+from torchneuron.testing.models import MODELS, NormMLP, batches, loss_of
 
 
 def close(actual, expected):
@@ -45,7 +34,7 @@ def main():
                "down": RowwiseParallel(output_layouts=Shard(1))}, True)]
     for plan, sharded_input in plans:
         torch.manual_seed(0)
-        reference, block = Block(), Block()
+        reference, block = NormMLP(), NormMLP()
         block.load_state_dict(reference.state_dict())
         block = torch.compile(parallelize_module(block.to(device), mesh, plan), backend="neuron")
         x = torch.randn(2, 6, 8)

@@ -127,16 +127,9 @@ class _Collective:
 
     def __call__(self, env):
         node = self.node
-
-        def value(a):
-            if isinstance(a, torch.fx.Node):
-                return env[a]
-            if isinstance(a, (list, tuple)):
-                return type(a)(value(x) for x in a)
-            return a
-
         if collectives.is_start(node):
-            env.update(zip(self.bucket, collectives.start(node.target, [value(n.args) for n in self.bucket])))
+            args = [torch.fx.map_arg(n.args, env.__getitem__) for n in self.bucket]
+            env.update(zip(self.bucket, collectives.start(node.target, args)))
         elif collectives.is_wait(node):
             env[node] = collectives.wait(env[node.args[0]])
         else:
@@ -230,11 +223,4 @@ class SegmentedGraph:
             step(env)
             for n in release:
                 del env[n]
-
-        def value(a):
-            if isinstance(a, torch.fx.Node):
-                return env[a]
-            if isinstance(a, (list, tuple)):
-                return type(a)(value(x) for x in a)
-            return a
-        return [value(a) for a in self.output]
+        return list(torch.fx.map_arg(self.output, env.__getitem__))

@@ -109,10 +109,7 @@ def compile_graph(gm: torch.fx.GraphModule, name: str, graph_class):
     class _Graph(graph_class):
         def _call(self, node, env, mutations, base_key, rng, random_index, sizes):
             if node.target in LOWERINGS:
-                args = [env[a] if isinstance(a, torch.fx.Node) else
-                        [env[x] for x in a] if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.fx.Node)
-                        else a for a in node.args]
-                return LOWERINGS[node.target](*args)
+                return LOWERINGS[node.target](*torch.fx.map_arg(node.args, env.__getitem__))
             if node.target is _F.wait_tensor.default:
                 return env[node.args[0]]
             return super()._call(node, env, mutations, base_key, rng, random_index, sizes)

@@ -54,6 +54,19 @@ class Block(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
+class NormMLP(nn.Module):
+    """A pre-norm residual MLP block (LayerNorm, up, GELU, down): the tensor- and sequence-parallel
+    tests' model."""
+
+    def __init__(self, width: int = 8, hidden: int = 16):
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        self.up, self.down = nn.Linear(width, hidden), nn.Linear(hidden, width)
+
+    def forward(self, x):
+        return x + self.down(F.gelu(self.up(self.norm(x))))
+
+
 class GPT(nn.Module):
     """A small decoder-only transformer (token + position embeddings, pre-norm blocks, tied head)."""
 
