@@ -57,3 +57,17 @@ def test_in_place_and_out_take_a_cpu_0dim_operand():
     torch.testing.assert_close(xn.clone().copysign_(s).cpu(), x.clone().copysign_(s))
     out = torch.empty(6, device="neuron")
     torch.testing.assert_close(torch.atan2(xn, s, out=out).cpu(), torch.atan2(x, s))
+
+
+@pytest.mark.parametrize("view", ["columns", "strided", "rows", "transposed"])
+def test_functional_copy_of_a_gapped_view_gives_a_fresh_result(view):
+    # aten.copy (functional, as AOT graphs call it) keeps `self`'s strides: for a slice with gaps
+    # those address more storage than the result's elements (qwen3_5_moe under --compile).
+    pick = {"columns": lambda t: t[:, :3], "strided": lambda t: t[:, ::2], "rows": lambda t: t[1:3],
+            "transposed": lambda t: t.t()[:, :2]}[view]
+    x = torch.randn(4, 6)
+    src = torch.randn(pick(x).shape)
+    expected = torch.ops.aten.copy.default(pick(x), src)
+    got = torch.ops.aten.copy.default(pick(x.to("neuron")), src.to("neuron"))
+    torch.testing.assert_close(got.cpu(), expected)
+    torch.testing.assert_close((got * 2).sum(0).cpu(), (expected * 2).sum(0))

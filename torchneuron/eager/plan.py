@@ -15,11 +15,21 @@ from torch._decomp import meta_table
 from ..lowering import LOWERINGS, META_OVERRIDES, Lowering, calling, draws_random
 from ..runtime import device_asserts, executables
 from ..runtime.dtypes import scalar_type_name
-from ..runtime.layout import Layout
+from ..runtime.layout import Layout, contiguous_stride
 from . import overlap
 from .describe import CallDescription, key_of
 from .execute import PlanExecution, Slot
 from .schema import Kind, OpSchema
+
+
+def _fresh_layout(out: torch.Tensor) -> Layout:
+    """A fresh result's layout: the meta kernel's strides where they describe a dense block, else
+    contiguous (the functional `aten.copy` of a sliced `self` keeps its gapped strides on CPU; a
+    fresh buffer holds just the elements)."""
+    lay = Layout(tuple(out.shape), tuple(out.stride()), 0)
+    if lay.numel and lay.dense_order() is None:
+        return Layout(lay.shape, contiguous_stride(lay.shape), 0)
+    return lay
 
 
 def _group_of(desc: CallDescription) -> list[int]:
@@ -274,9 +284,9 @@ class Plan(PlanExecution):
             out = outs[r]
             if isinstance(out, (list, tuple)):
                 for j, o in enumerate(out):
-                    fresh.append(((r, j), Layout(tuple(o.shape), tuple(o.stride()), 0), o.dtype))
+                    fresh.append(((r, j), _fresh_layout(o), o.dtype))
             elif isinstance(out, torch.Tensor):
-                fresh.append(((r,), Layout(tuple(out.shape), tuple(out.stride()), 0), out.dtype))
+                fresh.append(((r,), _fresh_layout(out), out.dtype))
             elif out is None and self.meta_out is None:
                 raise NotImplementedError(f"neuron: no meta kernel for {self.op}")
             # else: an output the op leaves undefined (a backward's masked-out gradient): None
