@@ -97,7 +97,7 @@ def start(target, args_list) -> list:
     same arguments) as one transfer; returns per member what `wait` takes (a list of them for a
     coalesced form)."""
     name, split, many = STARTS[target]
-    group = _group(args_list[0][-1])
+    group = group_of(args_list[0][-1])
     members = [split(args) for args in args_list]
     inputs = [t for member_inputs, _ in members for t in member_inputs]
     # A group that can issue without waiting says so with `issue_collective` (the neuron process
@@ -121,7 +121,7 @@ def wait(pending) -> torch.Tensor:
     return pending.wait()
 
 
-def _group(name_or_group):
+def group_of(name_or_group):
     if isinstance(name_or_group, str):
         return torch._C._distributed_c10d._resolve_process_group(name_or_group)
     return name_or_group

@@ -31,17 +31,14 @@ _ARRAY = object()  # an output that is an array (others are static values: sizes
 _F = torch.ops._c10d_functional
 
 
+_REDUCERS = {"sum": jax.lax.psum, "avg": jax.lax.pmean, "max": jax.lax.pmax, "min": jax.lax.pmin}
+
+
 def _reduce(x, op: str):
-    op = op.lower()
-    if op == "sum":
-        return jax.lax.psum(x, _AXIS)
-    if op == "avg":
-        return jax.lax.pmean(x, _AXIS)
-    if op == "max":
-        return jax.lax.pmax(x, _AXIS)
-    if op == "min":
-        return jax.lax.pmin(x, _AXIS)
-    raise NotImplementedError(f"reduce op {op!r} inside an XLA program")
+    reducer = _REDUCERS.get(op.lower())
+    if reducer is None:
+        raise NotImplementedError(f"reduce op {op!r} inside an XLA program")
+    return reducer(x, _AXIS)
 
 
 def _reduce_scatter(x, op: str):
@@ -93,7 +90,7 @@ def eligible(gm: torch.fx.GraphModule) -> bool:
     world = torch.distributed.get_world_size()
     for node in gm.graph.nodes:
         if collectives.is_start(node):
-            group = collectives._group(node.args[-1])
+            group = collectives.group_of(node.args[-1])
             if node.target not in LOWERINGS or group.size() != world:
                 return False
     return True

@@ -72,11 +72,6 @@ class Queue:
         pending, self.pending = self.pending, []
         concurrent.futures.wait(pending)
 
-    def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(wait=False, cancel_futures=True)
-            self.pool = None
-
 
 def _mark_worker(group) -> None:
     _worker_thread.group = group
@@ -87,8 +82,8 @@ class Issued:
     return the same tensors) and raises what the transport raised: a dead or stalled peer, or ranks
     that disagree on the collective."""
 
-    def __init__(self, future: concurrent.futures.Future, device: torch.device, name: str):
-        self.future, self.device, self.name = future, device, name
+    def __init__(self, future: concurrent.futures.Future, device: torch.device):
+        self.future, self.device = future, device
         self.results: list[torch.Tensor] | None = None
 
     def wait(self) -> list[torch.Tensor]:
@@ -118,11 +113,10 @@ def _staged(values, dtypes) -> list[torch.Tensor]:
 def _all_reduce(group, hosts, op):
     if len({h.dtype for h in hosts}) > 1:
         return [r for h in hosts for r in _all_reduce(group, [h], op)]
-    flat = torch.cat([h.reshape(-1) for h in hosts]) if len(hosts) > 1 else hosts[0].reshape(-1)
-    opts = dist.AllreduceOptions()
+    opts = dist.AllreduceCoalescedOptions()
     opts.reduceOp = reduce_op(op)
-    group.allreduce([flat], opts)  # coalesced: one transfer (gloo would sum a list's tensors together)
-    return [piece.view(h.shape) for piece, h in zip(flat.split([h.numel() for h in hosts]), hosts)]
+    group.allreduce_coalesced(hosts, opts)  # one transfer for the bucket, results written in place
+    return hosts
 
 
 def _all_gather(group, hosts, group_size):
@@ -198,4 +192,4 @@ def issue(group, name: str, inputs: list[torch.Tensor], *arguments) -> Issued:
 
     _stats["issued"] += 1
     future = group.in_flight.submit(job)
-    return Issued(future, inputs[0].device, name)
+    return Issued(future, inputs[0].device)
