@@ -266,3 +266,26 @@ def test_nonzero_static_pads_and_cuts():
     x = torch.tensor([[0, 1], [2, 0], [3, 3]])
     for size, fill in [(6, -1), (2, 7), (0, -1)]:
         check(lambda t, size=size, fill=fill: torch.nonzero_static(t, size=size, fill_value=fill), x)
+
+
+@pytest.mark.parametrize("repeats", [[2, 0, 3], [1], [], [0, 0]])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_repeat_interleave_of_repeats_runs_on_neuron(repeats, dtype):
+    # the index form (its size from the values): x.repeat_interleave(tensor) and vision-language
+    # models' image-token spans take it
+    check(lambda r: torch.repeat_interleave(r), torch.tensor(repeats, dtype=dtype))
+    x = torch.arange(len(repeats) * 2.0).reshape(len(repeats), 2)
+    check(lambda t, r: t.repeat_interleave(r, dim=0), x, torch.tensor(repeats, dtype=dtype))
+    check(lambda r: torch.ops.aten.repeat_interleave.Tensor(r, output_size=sum(repeats)),
+          torch.tensor(repeats, dtype=dtype))
+
+
+@pytest.mark.parametrize("repeats, kwargs", [
+    (torch.tensor([[1, 2]]), {}), (torch.tensor([1, -2]), {}), (torch.tensor([1.0, 2.0]), {}),
+    (torch.tensor([1, 2]), {"output_size": 5}),
+])
+def test_repeat_interleave_of_repeats_errors_as_cpu(repeats, kwargs):
+    with pytest.raises(Exception) as cpu:
+        torch.ops.aten.repeat_interleave.Tensor(repeats, **kwargs)
+    with pytest.raises(type(cpu.value), match=re.escape(str(cpu.value))):
+        torch.ops.aten.repeat_interleave.Tensor(repeats.to("neuron"), **kwargs)

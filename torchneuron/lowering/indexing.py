@@ -12,7 +12,7 @@ import math
 import jax.numpy as jnp
 import torch
 
-from ..runtime.dtypes import scalar_type_name
+from ..runtime.dtypes import scalar_type_name, to_torch
 from . import aten, lowers, overrides_meta
 from .asserts import check_index
 
@@ -285,6 +285,23 @@ def nonzero(self):
     if self.ndim == 0:
         return jnp.zeros((int(self.astype(bool)), 0), jnp.int64)
     return jnp.stack(jnp.nonzero(self), axis=1).astype(jnp.int64)
+
+
+@lowers(aten.repeat_interleave.Tensor, data_dependent=True)
+def repeat_interleave(repeats, *, output_size=None):
+    """Index i repeated repeats[i] times (x.repeat_interleave(r) indexes x with it): as many as the
+    repeats add up to, a data-dependent size unless output_size gives it. CPU's checks and words."""
+    if repeats.ndim != 1:
+        raise RuntimeError("repeat_interleave only accept 1D vector as repeat")
+    if not jnp.issubdtype(repeats.dtype, jnp.integer):
+        raise NotImplementedError(f'"repeat_interleave_cpu" not implemented for '
+                                  f"'{scalar_type_name(to_torch(repeats.dtype))}'")
+    if bool((repeats < 0).any()):
+        raise RuntimeError("repeats can not be negative")
+    total = int(repeats.sum())
+    if output_size is not None and output_size != total:
+        raise RuntimeError("allocated size does not match required size")
+    return jnp.repeat(jnp.arange(repeats.shape[0], dtype=repeats.dtype), repeats, total_repeat_length=total)
 
 
 @lowers(aten.masked_select.default, data_dependent=True)
