@@ -67,6 +67,10 @@ def _register() -> None:
     from .integrations import huggingface
 
     huggingface.install()  # accelerate and transformers see neuron, once (if ever) they load
+    from . import library_ops
+
+    # transformers' MoE ops get lowerings once transformers defines them
+    huggingface.when_imported("transformers.integrations.moe", library_ops.lower_transformers_moe)
     from .eager import modes
 
     modes.install()  # fused eager cuts its segments where optimizer steps end

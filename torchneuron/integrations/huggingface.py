@@ -52,10 +52,10 @@ def _wrap_probe(module) -> None:
 
 
 class _ProbeWrapper(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: for the modules in PROBES it wraps the real loader's exec_module."""
+    """Finds nothing itself: for the modules in ON_IMPORT it wraps the real loader's exec_module."""
 
     def find_spec(self, fullname, path, target=None):
-        if fullname not in PROBES:
+        if fullname not in ON_IMPORT:
             return None
         finders = (finder for finder in sys.meta_path if finder is not self and hasattr(finder, "find_spec"))
         spec = next((spec for finder in finders if (spec := finder.find_spec(fullname, path, target))), None)
@@ -65,16 +65,28 @@ class _ProbeWrapper(importlib.abc.MetaPathFinder):
 
         def exec_module(module) -> None:
             run(module)
-            _wrap_probe(module)
+            ON_IMPORT[fullname](module)
 
         spec.loader.exec_module = exec_module  # this file's own loader instance only
         return spec
 
 
+# Modules whose import we watch -> what to do once each has run.
+ON_IMPORT = {name: _wrap_probe for name in PROBES}
+
+
+def when_imported(module_name: str, action: Callable) -> None:
+    """Call `action(module)` once module `module_name` of these libraries has run (now if it has):
+    the package wires other layers' hooks here (lowerings of the libraries' custom ops)."""
+    ON_IMPORT[module_name] = action
+    if module_name in sys.modules:
+        action(sys.modules[module_name])
+
+
 def install() -> None:
     """Wrap the probes of the libraries already loaded, and of those loaded later."""
-    for name in PROBES:
+    for name, action in ON_IMPORT.items():
         if name in sys.modules:
-            _wrap_probe(sys.modules[name])
+            action(sys.modules[name])
     if not any(isinstance(finder, _ProbeWrapper) for finder in sys.meta_path):
         sys.meta_path.insert(0, _ProbeWrapper())

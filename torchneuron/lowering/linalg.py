@@ -115,6 +115,24 @@ def grouped_mm(self, mat2, offs=None, bias=None, out_dtype=None):
     return out
 
 
+def grouped_rows_mm(input, weight, offs):
+    """transformers' `grouped_mm_fallback` (its MoE experts without `_grouped_mm`): rows of `input`
+    (sorted by expert) times their expert's (in, out) weight; rows past the last offset are zero.
+    Registered when transformers defines the op (integrations/huggingface.py)."""
+    return grouped_mm(input, weight, offs).astype(input.dtype)
+
+
+def grouped_rows_mm_backward(input, weight, offs, grad_output):
+    """The gradients of `grouped_rows_mm` for its input and weight (transformers'
+    `grouped_mm_fallback_backward`): each expert's rows only."""
+    dtype = jnp.promote_types(input.dtype, jnp.float32)
+    groups = _groups(offs, input.shape[0])
+    grad = grad_output.astype(dtype)
+    grad_input = jnp.einsum("mn,gkn,gm->mk", grad, weight.astype(dtype), groups)
+    grad_weight = jnp.einsum("mk,mn,gm->gkn", input.astype(dtype), grad, groups)
+    return grad_input.astype(input.dtype), grad_weight.astype(weight.dtype)
+
+
 def _groups(offs, n):
     """One-hot (groups, n): which group each of n positions belongs to; positions past the last
     offset belong to none (their results are zero)."""
