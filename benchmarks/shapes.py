@@ -5,9 +5,10 @@
 1. A tiny Llama (2 layers, hidden 64, 4 heads, vocab 256) `generate(max_new_tokens=64)`, greedy,
    with Hugging Face's default (dynamic) KV cache: every step's sequence length is new. Timed on
    neuron in a fresh process with an empty persistent cache, in a fresh process with the cache the
-   first one filled, and again in the same process; and on CPU. Resident memory growth of each
-   neuron run and its XLA compiles (torchneuron.cache_stats()). Each neuron run must produce CPU's
-   tokens.
+   first one filled, and again in the same process; with every eager op at its exact sizes
+   (TORCHNEURON_EAGER_BUCKETS=0, an empty cache) as the baseline; and on CPU. Resident memory
+   growth of each neuron run and its XLA compiles (torchneuron.cache_stats()). Each neuron run must
+   produce CPU's tokens.
 2. The small GPT's training step (torchneuron.testing.models, width 32) compiled with
    `dynamic=True`, over `--steps` steps whose sequence length is drawn from 8..128 (the model's
    context is 128 here): XLA compiles and wall time on neuron with shape buckets, on neuron at exact
@@ -101,9 +102,13 @@ def generate_cases() -> None:
     with tempfile.TemporaryDirectory() as cache:
         cold = run(GENERATE.format(device="neuron", repeats=2), TORCHNEURON_CACHE_DIR=cache)
         warm = run(GENERATE.format(device="neuron", repeats=1), TORCHNEURON_CACHE_DIR=cache)
+    with tempfile.TemporaryDirectory() as cache:  # the baseline: every eager op at its exact sizes
+        exact = run(GENERATE.format(device="neuron", repeats=1), TORCHNEURON_CACHE_DIR=cache,
+                    TORCHNEURON_EAGER_BUCKETS="0")
     rows = [("fresh process, empty cache", cold["runs"][0], cold),
             ("fresh process, warm cache", warm["runs"][0], warm),
-            ("same process, second call", cold["runs"][1], None)]
+            ("same process, second call", cold["runs"][1], None),
+            ("empty cache, exact sizes", exact["runs"][0], exact)]
     print(f"tiny Llama generate(max_new_tokens=64), CPU {cpu_seconds:.2f} s")
     print(f"{'neuron case':32} {'seconds':>8} {'x CPU':>8} {'RSS growth MB':>14} {'compiles':>9} {'disk loads':>10}")
     for name, r, whole in rows:
@@ -111,7 +116,9 @@ def generate_cases() -> None:
         print(f"{name:32} {r['seconds']:8.2f} {r['seconds'] / cpu_seconds:7.1f}x {r['growth'] / 2**20:14.0f} {extra}")
     print(f"executables held: {cold['entries']}, estimated {cold['bytes'] / 2**20:.0f} MB, "
           f"{cold['evictions']} evicted")
-    for name, result in (("cold", cold), ("warm", warm)):
+    print(f"eager bucketing: first call {exact['runs'][0]['seconds'] / cold['runs'][0]['seconds']:.1f}x faster "
+          f"than exact sizes, {exact['compiles']} -> {cold['compiles']} XLA compiles")
+    for name, result in (("cold", cold), ("warm", warm), ("exact", exact)):
         assert result["tokens"] == cpu["tokens"], f"{name} neuron tokens differ from CPU's"
 
 

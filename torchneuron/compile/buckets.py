@@ -27,14 +27,11 @@ import torch.fx
 
 from .. import config
 from ..lowering import padding
+from ..lowering.padding import bucket
 
 _SYM = (torch.SymInt, torch.SymFloat, torch.SymBool)
 # argument types a size may fill (SymInt, SymInt[]: schemas print them as int): they shape the op
 _SHAPE_TYPES = {"int", "List[int]", "Optional[int]", "Optional[List[int]]"}
-
-
-def bucket(size: int) -> int:
-    return max(config.MIN_BUCKET, 1 << max(size - 1, 0).bit_length())
 
 
 def _expr(size):

@@ -60,10 +60,22 @@ class CallDescription:
 
 def tensor_key(t: torch.Tensor, first: int, math_bits: bool) -> tuple:
     """A tensor's part of a plan key: layout, dtype, the first tensor of the call sharing its
-    storage, and (for ops that receive them) its conj and neg bits."""
+    storage, and (for ops that receive them) its conj and neg bits. The storage offset is only
+    told apart as zero or not: a plan reads and writes a view at any other offset through a traced
+    offset (`x[i]` in a loop runs one executable), unless the call shares a storage between its
+    tensors, where `shared_offsets` adds every offset to the key (aliasing depends on them)."""
+    offset = TRACED_OFFSET if t.storage_offset() else 0
     if math_bits:
-        return (t.shape, t.stride(), t.storage_offset(), t.dtype, first, t.is_conj(), t.is_neg())
-    return (t.shape, t.stride(), t.storage_offset(), t.dtype, first, False, False)
+        return (t.shape, t.stride(), offset, t.dtype, first, t.is_conj(), t.is_neg())
+    return (t.shape, t.stride(), offset, t.dtype, first, False, False)
+
+
+TRACED_OFFSET = -1  # a plan key's offset of a view not at its storage's start
+
+
+def shared_offsets(tensors) -> tuple:
+    """The key entry of a call whose tensors share a storage: every neuron tensor's offset."""
+    return ("offsets", tuple(t.storage_offset() for t in tensors))
 
 
 def plan_key(schema: OpSchema, entries: list, index: int, scalars=()) -> tuple:
@@ -168,6 +180,8 @@ def describe(schema: OpSchema, args, kwargs) -> CallDescription:
         for name, value in kwargs.items():
             key.append(name)
             _describe_one(desc, schema.kind_by_name[name], value, op)
+    if len(desc.sharing) < sum(1 for h in desc.handles if h):  # a storage shared between tensors
+        desc.key.append(shared_offsets(desc.tensors))
     if schema.written and desc.index != NO_DEVICE:
         _check_written_on_device(schema, args, kwargs, desc)
     return desc

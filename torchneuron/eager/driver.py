@@ -17,10 +17,10 @@ import numpy as np
 import torch
 
 from .. import config
-from ..runtime import storages
+from ..runtime import executables, storages
 from ..runtime.core import urgent
 from ..runtime.dtypes import PYTHON_SCALAR_TYPES, UnsupportedDtypeError
-from . import overlap, recompiles
+from . import buckets, overlap, recompiles
 from .describe import (
     NO_DEVICE,
     CallDescription,
@@ -29,6 +29,7 @@ from .describe import (
     key_of,
     move_host_operands,
     plan_key,
+    shared_offsets,
     tensor_key,
 )
 from .plan import Plan
@@ -89,6 +90,7 @@ def _run_in_one_pass(schema: OpSchema, plans: dict, args):
     None, having run nothing, for any other call or a call without a plan yet: `describe` handles
     those (and raises their errors)."""
     entries, handles, found = [], [], []
+    shared = False
     scalars = ()
     index = NO_DEVICE
     bits = schema.math_bits
@@ -117,6 +119,7 @@ def _run_in_one_pass(schema: OpSchema, plans: dict, args):
         n = len(handles)
         # a few tensors: a scan finds a shared storage sooner than a dict is built
         first = handles.index(handle) if handle and handle in handles else n
+        shared = shared or first != n
         handles.append(handle)
         if first == n:
             buf = _lookup(handle)
@@ -126,6 +129,8 @@ def _run_in_one_pass(schema: OpSchema, plans: dict, args):
         entries.append(tensor_key(t, first, bits))
     if index == NO_DEVICE:
         return None
+    if shared:
+        entries.append(shared_offsets(t for t in args if isinstance(t, torch.Tensor) and t.get_device() >= 0))
     plan = plans.get(plan_key(schema, entries, index, scalars))
     if plan is None:
         return None
@@ -154,6 +159,9 @@ def _run_described(schema: OpSchema, plans: dict, args, kwargs, resized: bool = 
     key = key_of(schema, desc)
     plan = plans.get(key)
     if plan is None:
+        result = buckets.run(schema, args, kwargs, desc)  # a growing size: its bucket's program
+        if result is not buckets.NOT_BUCKETED:
+            return result
         with _lock:
             try:
                 plan = Plan(schema, args, kwargs, desc, buffers_of(desc))
@@ -167,7 +175,7 @@ def _run_described(schema: OpSchema, plans: dict, args, kwargs, resized: bool = 
             return _run_described(schema, plans, args, kwargs, True)  # (the resizes' growths drained first)
         plans[key] = plan
         if plan.function is not None:  # evicted from the executable cache: built again when called
-            plan.function.on_empty = functools.partial(plans.pop, key, None)
+            executables.when_empty(plan.function, functools.partial(plans.pop, key, None))
         if _LOG_RECOMPILES:
             recompiles.log_new_plan(schema, plans, key, desc)
     return plan.execute(args, kwargs, desc)

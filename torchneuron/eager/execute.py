@@ -70,12 +70,16 @@ class PlanExecution:
         rng = None
         if self.random:
             scalars, rng = scalars[:-2], scalars[-2:]
+        layouts = self.layouts
+        if self.traced_offsets:
+            scalars, offsets = scalars[:-1], scalars[-1]
+            layouts = self._at_offsets(offsets)
         buffers = [None] * (len(written) + len(others))
         for g, b in zip(self.written_groups, written):
             buffers[g] = b
         for g, b in zip(self.read_groups, others):
             buffers[g] = b
-        values = self._read_all(buffers)
+        values = self._read_all(buffers, layouts)
         scalars = [jnp.asarray(s) for s in scalars]
         with asserts.collecting(self.checked) as checks:
             results = self._call_lowering(values, scalars, rng)
@@ -85,7 +89,7 @@ class PlanExecution:
             buf = new.get(g, buffers[g])
             buf = storages.bitcast(buf, to_jax(self.dtypes[ti]))
             # storing x through a conj (neg) view stores conj(x) (-x): the bits are self-inverse
-            new[g] = write(buf, self.layouts[ti], apply_math_bits(_at(results, path), self.bits[ti]))
+            new[g] = write(buf, layouts[ti], apply_math_bits(_at(results, path), self.bits[ti]))
         # An empty result takes no values: its meta layout may be empty where the lowering's is
         # not (eval batch norm's saved statistics).
         for path, lay, _ in self.fresh:
@@ -106,6 +110,8 @@ class PlanExecution:
         flat = list(buffers) if self.in_order else [buffers[g] for g in self.arg_groups]
         if desc.scalars:
             flat += [_lookup_scalar_type(type(v), np.asarray)(v) for v in desc.scalars]
+        if self.traced_offsets:
+            flat.append(self._offsets_of(desc))
         rng_at = -1
         if rng is not None:
             rng_at = len(flat)
@@ -202,14 +208,27 @@ class PlanExecution:
                 fresh_index += 1
         return out[0] if len(returns) == 1 else tuple(out)
 
-    def _read_all(self, buffers):
+    def _read_all(self, buffers, layouts):
         """Every tensor argument's values: its layout read from its buffer, math bits applied."""
         return [apply_math_bits(read(storages.bitcast(buffers[g], to_jax(dt)), lay), bits)
-                for g, dt, lay, bits in zip(self.groups, self.dtypes, self.layouts, self.bits)]
+                for g, dt, lay, bits in zip(self.groups, self.dtypes, layouts, self.bits)]
+
+    def _offsets_of(self, desc: CallDescription):
+        """This call's offsets of the views whose offsets the program takes (traced_offsets)."""
+        tensors = desc.tensors
+        return np.asarray([tensors[i].storage_offset() for i in self.traced_offsets], np.int64)
+
+    def _at_offsets(self, offsets) -> list:
+        """The layouts with the traced offsets in place (a traced or a host array of them)."""
+        layouts = list(self.layouts)
+        for k, i in enumerate(self.traced_offsets):
+            layouts[i] = layouts[i]._replace(offset=offsets[k])
+        return layouts
 
     def _call_outside_jit(self, args, kwargs, desc, buffers, rng):
         buffers = deferred.concrete_all(buffers, f"data-dependent {self.op}")
-        values = self._read_all(buffers)
+        layouts = self._at_offsets([int(o) for o in self._offsets_of(desc)]) if self.traced_offsets else self.layouts
+        values = self._read_all(buffers, layouts)
         results = self._call_lowering(values, [jnp.asarray(s) for s in desc.scalars], rng)
         made = []
         for r, res in enumerate(results):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 
 from ..runtime import deferred
+from . import buckets
 
 MODES = ("strict", "fused")
 
@@ -29,8 +30,9 @@ def eager_mode(mode: str):
 
 def eager_stats() -> dict:
     """The current mode and fused eager's counters: ops recorded, segments run and compiled,
-    cache hits, cached segment programs, ops pending now, and flushes per reason."""
-    return deferred.stats()
+    cache hits, cached segment programs, ops pending now, and flushes per reason; and eager
+    bucketing's: calls run at a bucket, bucketed plans built and refused."""
+    return {**deferred.stats(), **buckets.stats()}
 
 
 def _after_optimizer_step(optimizer, args, kwargs) -> None:

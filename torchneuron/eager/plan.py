@@ -7,6 +7,7 @@ template and the jit-compiled body that `execute.PlanExecution` calls.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 
 import torch
@@ -17,7 +18,7 @@ from ..runtime import device_asserts, executables
 from ..runtime.dtypes import scalar_type_name
 from ..runtime.layout import Layout, contiguous_stride
 from . import overlap
-from .describe import CallDescription, key_of
+from .describe import TRACED_OFFSET, CallDescription, key_of
 from .execute import PlanExecution, Slot
 from .schema import Kind, OpSchema
 
@@ -30,6 +31,29 @@ def _fresh_layout(out: torch.Tensor) -> Layout:
     if lay.numel and lay.dense_order() is None:
         return Layout(lay.shape, contiguous_stride(lay.shape), 0)
     return lay
+
+
+_PROGRAMS: dict = {}  # a program's identity -> its Function, shared by every plan of that program
+
+
+def _program(identity, make) -> executables.Function:
+    """The Function of the plans whose programs are named `identity`, made by `make` the first time."""
+    if identity is None:
+        return make()
+    function = _PROGRAMS.get(identity)
+    if function is None:
+        function = _PROGRAMS[identity] = make()
+        executables.when_empty(function, functools.partial(_PROGRAMS.pop, identity, None))
+    return function
+
+
+def _canonical(lay: Layout) -> Layout:
+    """The layout with size-1 dimensions' strides as 0 (no element address depends on them)."""
+    return lay._replace(stride=tuple(0 if n == 1 else s for n, s in zip(lay.shape, lay.stride)))
+
+
+def _is_tensor_entry(entry) -> bool:
+    return type(entry) is tuple and len(entry) == 7 and type(entry[0]) is torch.Size
 
 
 def _group_of(desc: CallDescription) -> list[int]:
@@ -62,6 +86,10 @@ class Plan(PlanExecution):
         tensors = desc.tensors
         self.device = desc.device if desc.device is not None else _factory_device(kwargs)
         self.layouts = [Layout(tuple(t.shape), tuple(t.stride()), t.storage_offset()) for t in tensors]
+        # Views away from their storage's start, in storages no other tensor of the call uses: their
+        # offsets are the program's arguments (the key does not hold them: describe.tensor_key).
+        shared = {g for g in self.groups if self.groups.count(g) > 1}
+        self.traced_offsets = [i for i, lay in enumerate(self.layouts) if lay.offset and self.groups[i] not in shared]
         self._arg_slots = _slots_per_arg(
             list(enumerate(args)) + [(schema.names.index(k), v) for k, v in kwargs.items()])
         self.dtypes = [t.dtype for t in tensors]
@@ -69,7 +97,7 @@ class Plan(PlanExecution):
         self.static_scalars = list(desc.scalars) if lowering.static_scalars else None
 
         meta_args, meta_kwargs, meta_tensors = self._meta_call(args, kwargs, buffers)
-        self.template_args, self.template_kwargs = self._template(args, kwargs)
+        self.template_args, self.template_kwargs = template_of(schema, args, kwargs)
         if lowering.data_dependent:
             self.meta_out = None
             if self.op in META_OVERRIDES:  # for a data-dependent op, a check of its arguments
@@ -115,24 +143,33 @@ class Plan(PlanExecution):
         self.random = draws_random(lowering, functional, self.template_args, self.template_kwargs)
         # the lowering checks conditions on the device: the device's failure word goes through the call
         self.checked = lowering.checks and device_asserts.ENABLED
-        # compiled per buffer signature, its executables in the runtime's bounded cache
-        self.function = None if self.data_dependent else executables.Function(
-            self._body, "eager", str(self.op), donate_argnums=tuple(range(n_written)),
-            # unnamed (never loaded untraced): user code, and device checks, whose message ids are
-            # numbered as this process traces them
-            identity=None if lowering.user_code or self.checked else self._identity(schema, desc))
+        # compiled per buffer signature, its executables in the runtime's bounded cache; unnamed
+        # (never loaded untraced, never shared): user code, and device checks, whose message ids
+        # are numbered as this process traces them
+        identity = None if lowering.user_code or self.checked else self._identity(schema, desc)
+        self.function = None if self.data_dependent else _program(identity, lambda: executables.Function(
+            self._body, "eager", str(self.op), donate_argnums=tuple(range(n_written)), identity=identity))
         # The common call (nothing written, one fresh result, buffers in argument order) takes a
         # shorter path: eager speed is decided by these few microseconds.
         simple = (self.single_fresh is not None and not n_written and not self.random
-                  and self.in_order and self.function is not None)
+                  and self.in_order and self.function is not None and not self.traced_offsets)
         self.simple = simple
         self.execute = self._execute_simple if simple else self.__call__
 
     def _identity(self, schema: OpSchema, desc: CallDescription) -> str:
         """Everything this plan's program depends on besides its buffers, as text: the op, its key
-        and what the plan decided from them (the persistent cache's name for the program)."""
-        return repr((str(self.op), key_of(schema, desc), self.groups, self.layouts, self.dtypes, self.bits,
-                     self.template_args, self.template_kwargs, self.writes, self.fresh, self.compute_dtype,
+        and what the plan decided from them (the persistent cache's name for the program, and
+        plans with equal names share one program). Strides of size-1 dimensions are left out: no
+        read or write depends on them, though PyTorch's result strides can (`x[:, -1:].clone()`
+        keeps its row stride), so `input_ids[:, -1:]` of a growing batch plans anew, cheaply, but
+        compiles once."""
+        layouts = [_canonical(lay._replace(offset=TRACED_OFFSET) if i in self.traced_offsets else lay)
+                   for i, lay in enumerate(self.layouts)]
+        key = [(e[0], _canonical(Layout(e[0], e[1], 0)).stride, *e[2:]) if _is_tensor_entry(e) else e
+               for e in key_of(schema, desc)]
+        fresh = [(path, _canonical(lay), dtype) for path, lay, dtype in self.fresh]
+        return repr((str(self.op), key, self.groups, layouts, self.dtypes, self.bits,
+                     self.template_args, self.template_kwargs, self.writes, fresh, self.compute_dtype,
                      self.layout_flags, self.checked, self.random))
 
     # ------------------------------------------------------------ building
@@ -221,35 +258,6 @@ class Plan(PlanExecution):
                 out.resize_(result.shape).as_strided_(result.shape, result.stride())
         return tuple(outs) if len(outs) > 1 else outs[0]
 
-    def _template(self, args, kwargs):
-        counters = {"t": 0, "s": 0}
-
-        def slot(kind, value):
-            if kind is Kind.TENSORS:
-                return [slot(Kind.TENSOR, v) for v in value]
-            if kind is Kind.SCALARS:
-                return [slot(Kind.SCALAR, v) for v in value]
-            if kind in (Kind.TENSOR, Kind.SCALAR):
-                if value is None:
-                    return None
-                if isinstance(value, torch.Tensor) and value.device.type == "neuron":
-                    counters["t"] += 1
-                    return Slot(counters["t"] - 1)
-                counters["s"] += 1  # a traced scalar (or a 0-dim CPU tensor taking part as one)
-                return Slot(-counters["s"])
-            return value
-
-        names = self.schema.names
-        written = set(self.schema.out_args)
-        targs = [slot(self.schema.kinds[i], a) for i, a in enumerate(args)]
-        tkwargs = {}
-        for k, v in kwargs.items():
-            s = slot(self.schema.kind_by_name[k], v)
-            if names.index(k) not in written:
-                tkwargs[k] = s
-        targs = [a for i, a in enumerate(targs) if i not in written]
-        return targs, tkwargs
-
     def _writes(self):
         schema = self.schema
         writes = []
@@ -309,6 +317,38 @@ class Plan(PlanExecution):
             t.resize_(shape)
             if t.stride() != stride:
                 t.as_strided_(shape, stride)
+
+
+def template_of(schema: OpSchema, args, kwargs) -> tuple[list, dict]:
+    """The lowering's arguments with the call's neuron tensors as Slot(n) (the n-th tensor) and
+    its traced scalars as Slot(-k) (the k-th scalar, from 1), out= arguments left out."""
+    counters = {"t": 0, "s": 0}
+
+    def slot(kind, value):
+        if kind is Kind.TENSORS:
+            return [slot(Kind.TENSOR, v) for v in value]
+        if kind is Kind.SCALARS:
+            return [slot(Kind.SCALAR, v) for v in value]
+        if kind in (Kind.TENSOR, Kind.SCALAR):
+            if value is None:
+                return None
+            if isinstance(value, torch.Tensor) and value.device.type == "neuron":
+                counters["t"] += 1
+                return Slot(counters["t"] - 1)
+            counters["s"] += 1  # a traced scalar (or a 0-dim CPU tensor taking part as one)
+            return Slot(-counters["s"])
+        return value
+
+    names = schema.names
+    written = set(schema.out_args)
+    targs = [slot(schema.kinds[i], a) for i, a in enumerate(args)]
+    tkwargs = {}
+    for k, v in kwargs.items():
+        s = slot(schema.kind_by_name[k], v)
+        if names.index(k) not in written:
+            tkwargs[k] = s
+    targs = [a for i, a in enumerate(targs) if i not in written]
+    return targs, tkwargs
 
 
 def _meta_takes(op, margs, mkwargs) -> bool:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import sys
 
+from . import buckets
 from .describe import CallDescription
 from .schema import OpSchema
 
-# Eager ops run at their exact sizes: a size an op has not run at compiles a new executable.
-EXACT_SIZES = "eager runs each op at its exact sizes"
+# An op not bucketed runs at its exact sizes: a size it has not run at compiles a new executable.
+EXACT_SIZES = "eager runs this op at its exact sizes"
 
 
 def _shapes(key) -> list:
@@ -31,5 +32,6 @@ def log_new_plan(schema: OpSchema, plans: dict, key, desc: CallDescription) -> N
                       for d in range(len(b)) if a[d] != b[d]})
     dims = ", ".join(f"tensor {i} dim {d}" for i, d in changed) or "strides or offsets"
     print(f"torchneuron recompile: {schema.op} for shapes {[list(s) for s in new]} "
-          f"({len(earlier)} earlier plan(s) of the same call differ in {dims}): {EXACT_SIZES}",
+          f"({len(earlier)} earlier plan(s) of the same call differ in {dims}): not bucketed: "
+          f"{buckets.why_not() or EXACT_SIZES}",
           file=sys.stderr)

@@ -21,6 +21,7 @@ from collections.abc import Callable
 import jax.numpy as jnp
 import torch
 
+from .. import config
 from ..runtime.dtypes import to_jax
 from . import attention
 
@@ -54,6 +55,12 @@ class Padding:
 
 
 POSITION_WISE = Padding()
+
+
+def bucket(size: int) -> int:
+    """The padded size a dynamic size runs at: the next power of two, at least config.MIN_BUCKET
+    (compiled graphs and eager ops alike)."""
+    return max(config.MIN_BUCKET, 1 << max(size - 1, 0).bit_length())
 RULES: dict = {}  # op overload -> rule(call) -> Padding | None
 
 # Ops that only regroup a tensor's elements into new axes (view/reshape): position-wise per
@@ -132,6 +139,12 @@ pads(aten.transpose.int, aten.t.default, aten.permute.default, aten.expand.defau
      aten.fill.Scalar, aten.fill.Tensor, aten.zero.default,
      # arange(B)[:s] == arange(s)
      aten.arange.default, aten.arange.start)(_position_wise)
+
+
+@pads(aten.isin.Tensor_Tensor)
+def _isin(call):
+    # position-wise in the elements; a padded test element could match one of them
+    return Padding(exact=(("test_elements", _all(call["test_elements"])),))
 
 
 @pads(aten.split.Tensor, aten.split_with_sizes.default)
@@ -397,6 +410,11 @@ def _key_padding_bias(key, valid, attn_bias):
     return bias if attn_bias is None else attn_bias.astype(jnp.float32) + bias
 
 
+# Never padded: the head counts (query heads are a multiple of key/value heads) and the head
+# dimension (contracted; it sets the default scale).
+_ATTENTION_EXACT = (("query", (1, 3)), ("key", (1, 3)), ("value", (1,)))
+
+
 @pads(aten._scaled_dot_product_fused_attention_overrideable.default)
 def _attention(call):
     if call.get("dropout_p", 0.0) > 0.0:
@@ -408,7 +426,7 @@ def _attention(call):
                                            c["return_debug_mask"], scale=c.get("scale"))
 
     return Padding(fills=(Fill("value", (2,), 0), Fill("key", (2,), 0)), masked=masked, counted="key",
-                   counted_axes=(2,))
+                   counted_axes=(2,), exact=_ATTENTION_EXACT)
 
 
 @pads(aten._scaled_dot_product_fused_attention_overrideable_backward.default)
@@ -429,4 +447,4 @@ def _attention_backward(call):
 
     fills = (Fill("grad_out", (2,), 0), Fill("query", (2,), 0), Fill("key", (2,), 0), Fill("value", (2,), 0),
              Fill("out", (2,), 0), Fill("logsumexp", (2,), 0))
-    return Padding(fills=fills, masked=masked, counted="key", counted_axes=(2,))
+    return Padding(fills=fills, masked=masked, counted="key", counted_axes=(2,), exact=_ATTENTION_EXACT)

@@ -115,6 +115,23 @@ class Function:
         return compiled(*args)
 
 
+def when_empty(function: Function, callback) -> None:
+    """Also call `callback` once the cache has evicted every executable of `function`."""
+    previous = function.on_empty
+    function.on_empty = callback if previous is None else _Both(previous, callback)
+
+
+class _Both:
+    __slots__ = ("first", "second")
+
+    def __init__(self, first, second):
+        self.first, self.second = first, second
+
+    def __call__(self):
+        self.first()
+        self.second()
+
+
 def _signature(args) -> tuple:
     leaves, tree = jax.tree_util.tree_flatten(args)
     return (tree, *[(x.shape, x.dtype, getattr(x, "weak_type", False),

@@ -100,9 +100,33 @@ def host_tensor(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
 def to_host(t: torch.Tensor) -> np.ndarray:
     """The values neuron tensor `t` means, on the host (a synchronisation: device-side assert
     failures so far are raised)."""
-    value = np.asarray(logical_value_of(t))
+    value = _host_view(t)
+    if value is None:
+        value = np.asarray(logical_value_of(t))
     device_asserts.raise_failures()
     return value
+
+
+_HOST_VIEW_BYTES = 1 << 20
+
+
+def _host_view(t: torch.Tensor) -> np.ndarray | None:
+    """A view's values taken from its whole buffer on the host, where the buffer is small or
+    not much larger than the view: no executable per layout (a storage grown at a bucketed size
+    has a buffer longer than its bytes, a new length each step). None where the device should
+    read the view first."""
+    if t.is_conj() or t.is_neg() or not t.numel():
+        return None
+    storages.drain()
+    buf = storages.buffer_of(t)
+    dtype = np.dtype(to_jax(t.dtype))
+    itemsize = dtype.itemsize
+    if buf.dtype != dtype or (buf.shape[0] * itemsize > _HOST_VIEW_BYTES and buf.shape[0] > 2 * t.numel()):
+        return None
+    host = np.asarray(buf)
+    view = np.lib.stride_tricks.as_strided(host[t.storage_offset():], tuple(t.shape),
+                                           tuple(s * itemsize for s in t.stride()), writeable=False)
+    return np.array(view)
 
 
 def put(array, device_index: int) -> jax.Array:

@@ -1,0 +1,151 @@
+"""Eager bucketing (issue 14): an op whose calls grow along one size runs at that size's bucket,
+exact against CPU, compiling O(log n) executables; refused where padding is unsafe. Also the
+executables eager ops share across offsets and size-1 strides (`x[i]`, `ids[:, -1:]`)."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchneuron
+from torchneuron.eager import buckets
+
+
+def _misses() -> int:
+    return torchneuron.cache_stats()["misses"]
+
+
+def _grow(lengths, make, op):
+    """op on neuron and on CPU for each length; returns the executables compiled on the way.
+    `make(n)` gives (tensor, growing axis or None) pairs at length n; on neuron each growing input
+    grows by `cat` as a cache does (so its buffer has a bucket's room), the others are uploaded."""
+    before = _misses()
+    grown = None
+    for n in lengths:
+        inputs = make(n)
+        if grown is None:
+            grown = [x.to("neuron") for x, _ in inputs]
+        else:
+            grown = [torch.cat([g, x.narrow(axis, g.shape[axis], x.shape[axis] - g.shape[axis]).to("neuron")], axis)
+                     if axis is not None else g for g, (x, axis) in zip(grown, inputs)]
+        expected = op(*[x for x, _ in inputs])
+        got = op(*grown)
+        torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-5)
+        assert got.stride() == expected.stride()
+    return _misses() - before
+
+
+def _seeded(*shape, dtype=torch.float32):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(sum(shape)), dtype=dtype)
+
+
+def _long(*shape, axis):
+    """A prefix of a fixed random tensor along `axis`: the values at length n extend those at n - 1."""
+    full = list(shape)
+    full[axis] = 64
+    return torch.randn(*full, generator=torch.Generator().manual_seed(7)).narrow(axis, 0, shape[axis])
+
+
+# op, inputs at length n with their growing axis (every op of these runs bucketed after its
+# second length)
+RULES = {
+    "add (broadcast)": (lambda x, y: x + y, lambda n: ((_long(3, n, axis=1), 1), (_seeded(3, 1), None))),
+    "mul": (lambda x, y: x * y, lambda n: ((_long(n, 4, axis=0), 0), (_long(n, 4, axis=0) + 1, 0))),
+    "sum over the axis": (lambda x: x.sum(-1), lambda n: ((_long(3, n, axis=1), 1),)),
+    "mean over the axis": (lambda x: x.mean(-1, keepdim=True), lambda n: ((_long(2, n, axis=1), 1),)),
+    "amax over the axis": (lambda x: x.amax(-1), lambda n: ((_long(2, n, axis=1) - 5, 1),)),
+    "softmax over the axis": (lambda x: torch.softmax(x, -1), lambda n: ((_long(2, n, axis=1), 1),)),
+    "mm over the contracted axis": (lambda a, b: a @ b, lambda n: ((_long(3, n, axis=1), 1), (_long(n, 5, axis=0), 0))),
+    "cat along the axis": (lambda a, b: torch.cat([a, b], 1),
+                           lambda n: ((_long(2, n, 3, axis=1), 1), (_seeded(2, 1, 3), None))),
+    "clone": (lambda x: x.clone(), lambda n: ((_long(2, n, axis=1), 1),)),
+    "isin along its elements": (torch.isin, lambda n: (((_long(n, axis=0) * 3).round(), 0), (torch.tensor([0.0, 1.0]), None))),
+}
+
+
+@pytest.mark.parametrize("name", list(RULES))
+def test_a_growing_axis_runs_bucketed_equal_to_cpu_with_few_executables(name):
+    op, make = RULES[name]
+    calls = buckets.STATS["calls"]
+    compiled = _grow(range(5, 45), make, op)  # 40 lengths: buckets 8, 16, 32, 64
+    assert buckets.STATS["calls"] - calls >= 35
+    assert compiled <= 24, f"{compiled} executables for 40 lengths"
+
+
+def test_a_dynamic_kv_cache_attention_runs_bucketed_equal_to_cpu():
+    """The decode step of a model with a growing cache: cat onto the cache, attend over it."""
+    q = _seeded(1, 2, 1, 8)
+    k = _seeded(1, 2, 3, 8)
+    v = _seeded(1, 2, 3, 4) + 1
+    kn, vn, qn = k.to("neuron"), v.to("neuron"), q.to("neuron")
+    before, calls = _misses(), buckets.STATS["calls"]
+    for step in range(40):
+        new_k, new_v = _seeded(1, 2, 1, 8 + step)[..., :8], _seeded(1, 2, 1, 4 + step)[..., :4]
+        k, v = torch.cat([k, new_k], 2), torch.cat([v, new_v], 2)
+        kn, vn = torch.cat([kn, new_k.to("neuron")], 2), torch.cat([vn, new_v.to("neuron")], 2)
+        expected = F.scaled_dot_product_attention(q, k, v)
+        got = F.scaled_dot_product_attention(qn, kn, vn)
+        torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(kn.cpu(), k, rtol=0, atol=0)
+    assert buckets.STATS["calls"] - calls >= 100
+    assert _misses() - before <= 40  # (at exact sizes: 120)
+
+
+def test_an_op_without_a_safe_padding_runs_at_exact_sizes():
+    """cumsum has no padding rule; isin must not pad its test elements: both stay exact."""
+    refused = buckets.STATS["refused"]
+    _grow(range(5, 12), lambda n: ((_long(2, n, axis=1), 1),), lambda x: x.cumsum(-1))
+    _grow(range(5, 12), lambda n: ((torch.arange(6.0), None), (_long(n, axis=0).round(), 0)), torch.isin)
+    assert buckets.STATS["refused"] - refused >= 2
+
+
+def test_a_view_at_a_new_offset_reuses_its_executable():
+    """x[i] in a loop: the offset is the program's argument, not part of its name."""
+    x = _seeded(40, 8)
+    xn = x.to("neuron")
+    (xn[1] * 2).cpu()  # (the plan and executable of a view at an offset)
+    before = _misses()
+    for i in range(2, 40):
+        torch.testing.assert_close((xn[i] * 2).cpu(), x[i] * 2, rtol=0, atol=0)
+    assert _misses() == before
+
+
+def test_in_place_writes_through_views_at_many_offsets_equal_cpu():
+    x = torch.zeros(30, 4)
+    xn = x.to("neuron")
+    xn[1].add_(1)  # (the plan of a write at an offset)
+    x[1].add_(1)
+    before = _misses()
+    for i in range(2, 30):
+        x[i].add_(i)
+        xn[i].add_(i)
+        x[i - 1 : i + 1].mul_(2)
+        xn[i - 1 : i + 1].mul_(2)
+    torch.testing.assert_close(xn.cpu(), x, rtol=0, atol=0)
+    assert _misses() - before <= 2
+
+
+def test_the_last_column_of_a_growing_batch_shares_one_executable():
+    """ids[:, -1:] of a growing (1, n) tensor: its row stride changes with n, which no read
+    depends on; the clone keeps CPU's strides."""
+    ids = torch.arange(64).reshape(1, 64)
+    ids_n = ids.to("neuron")
+    ids_n[:, :3][:, -1:].clone()
+    before = _misses()
+    for n in range(4, 64):
+        got = ids_n[:, :n][:, -1:].clone()
+        assert got.stride() == ids[:, :n][:, -1:].clone().stride()
+        assert got.item() == n - 1
+    assert _misses() - before <= 2
+
+
+def test_eager_buckets_off_runs_exact_sizes(monkeypatch):
+    monkeypatch.setattr(buckets, "ENABLED", False)
+    calls = buckets.STATS["calls"]
+    _grow(range(5, 10), lambda n: ((_long(2, n, axis=1), 1),), lambda x: x.sum(-1))
+    assert buckets.STATS["calls"] == calls
+
+
+def test_stats_are_reported():
+    stats = torchneuron.eager_stats()
+    assert {"bucketed_calls", "bucketed_plans", "bucketed_refused"} <= set(stats)

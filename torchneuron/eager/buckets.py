@@ -1,0 +1,531 @@
+"""Eager ops at bucketed sizes: a growing axis compiles O(log n) executables per op, not n.
+
+A dynamic KV cache grows by one position a step, so every op that touches it meets a new size
+each step; run at exact sizes, each compiles a new executable (docs/SHAPES.md). Here an op whose
+calls differ only by one growing size runs padded to that size's bucket (`padding.bucket`):
+
+- **Which sizes grow.** Calls of one op with the same structure (ranks, dtypes, storage sharing,
+  static arguments) form a family. Two calls tell which dimensions vary: they must vary together by
+  the same amount, at most one per tensor (one size n, each such dimension n + c). From the third
+  call that fits, calls run at n's bucket B, each varying dimension at B + c. Calls that do not fit
+  run at exact sizes.
+- **Buffers with room.** A tensor with a varying dimension must be contiguous at offset 0. The
+  program reads it through its true sizes, traced (the strides of a (1, heads, n, d) cache depend
+  on n), zero at padded positions, and writes each result laid out at its true sizes into a buffer
+  of the padded size: the storage's buffer is longer than its bytes, and the next step reads it
+  without a new executable. Contents past a storage's bytes are never read as values.
+- **What stays exact.** The padding rules of `lowering/padding.py`, shared with compiled graphs,
+  decide per op: position-wise ops run as they are, reductions and attention fill or mask padded
+  positions, and an op whose rule forbids padding an axis that varies (or that has no rule) runs at
+  exact sizes. `cat` along the varying axis places each operand at its true offset.
+
+Only functional calls are bucketed (fresh results, no out= or in-place writes, no random draws,
+no device-side checks, no storage shared between arguments), and never while fused eager records
+or a graph captures. `TORCHNEURON_EAGER_BUCKETS=0` turns it off.
+"""
+from __future__ import annotations
+
+import collections
+import functools
+import math
+import sys
+
+import jax.numpy as jnp
+import numpy as np
+import torch
+from jax import lax
+
+from .. import config
+from ..lowering import LOWERINGS, META_OVERRIDES, calling, draws_random, padding
+from ..runtime import deferred, device_asserts, executables, storages
+from ..runtime.dtypes import PYTHON_SCALAR_TYPES, to_jax
+from ..runtime.layout import Layout, read
+from .describe import CallDescription, buffers_of
+from .execute import Slot
+from .plan import template_of
+from .schema import OpSchema
+
+aten = torch.ops.aten
+NOT_BUCKETED = object()  # run() found no bucketed way: the caller runs the call at exact sizes
+_MISSING = object()
+# What meta kernels raise for arguments they refuse (PyTorch's checks, our overrides' asserts)
+_META_ERRORS = (RuntimeError, ValueError, IndexError, TypeError, NotImplementedError, AssertionError)
+
+# Calls of one exact signature served padded before it gets its own exact plan: a growing cache
+# meets each size a few times per step (once per layer), a fixed-size loop meets its size forever.
+EXACT_AFTER = 128
+_SERVED: dict = {}  # exact plan key -> calls served padded
+FAMILIES: dict = {}  # family key -> its streams
+PLANS: dict = {}  # bucket key -> BucketedPlan, or None where the op refused
+STATS = collections.Counter()  # calls, plans, refused
+
+
+class _Stream:
+    """One way a family's sizes vary: which of them grow together (mask), from which sizes (base),
+    and the sizes of its latest call."""
+
+    __slots__ = ("base", "last", "mask", "ref")
+
+    def __init__(self, sizes):
+        self.base = self.last = sizes
+        self.mask = None
+        self.ref = -1
+
+
+STREAMS = 8  # ways one family's sizes vary at once (a cache's keys and values, layers of two widths)
+
+
+def _is_tensor_entry(entry) -> bool:
+    return type(entry) is tuple and len(entry) == 7 and type(entry[0]) is torch.Size
+
+
+def _structure(desc: CallDescription):
+    """(family key, every tensor's sizes in one tuple, per tensor: may it vary), or None where the
+    call cannot be bucketed (a CPU scalar tensor, a shared storage, a conj/neg view)."""
+    family, sizes, may_vary = [], [], []
+    tensors = desc.tensors
+    i = 0
+    for entry in desc.key:
+        if _is_tensor_entry(entry):
+            shape, _stride, offset, dtype, first, conj, neg = entry
+            if first != i or conj or neg:
+                return None
+            t = tensors[i]
+            i += 1
+            dense = offset == 0 and t.is_contiguous()
+            family.append((len(shape), dtype, dense))
+            sizes.extend(shape)
+            may_vary.append(dense)
+        elif type(entry) is tuple and entry and entry[0] == "cpu":
+            return None
+        else:
+            family.append(entry)
+    return tuple(family), tuple(sizes), may_vary
+
+
+def _fits(stream: _Stream, sizes) -> bool:
+    """Whether `sizes` are the stream's base with every varying size moved by the same amount."""
+    base, mask = stream.base, stream.mask
+    delta = sizes[stream.ref] - base[stream.ref]
+    return all(size == first + (delta if varies else 0) for size, first, varies in zip(sizes, base, mask))
+
+
+def _changes(a, b) -> int:
+    return sum(x != y for x, y in zip(a, b))
+
+
+def _learn(stream: _Stream, sizes, owners, may_vary) -> bool:
+    """Learn the varying sizes from the stream's latest call and this one: those that changed, by
+    one amount, at most one in each tensor, each in a tensor that may vary. False where they did
+    not change that way."""
+    diffs = [a - b for a, b in zip(sizes, stream.last)]
+    changed = [d for d in diffs if d]
+    owners_changed = [owners[k] for k, d in enumerate(diffs) if d]
+    if not changed or any(d != changed[0] for d in changed) or len(set(owners_changed)) < len(owners_changed) or any(
+            not may_vary[i] for i in owners_changed):
+        return False
+    stream.base, stream.mask = stream.last, tuple(bool(d) for d in diffs)
+    stream.ref = stream.mask.index(True)
+    return True
+
+
+def _stream_for(streams: list, sizes, owners, may_vary) -> _Stream | None:
+    """The stream whose growth `sizes` continue, or None. A call that fits no stream teaches the
+    one whose latest sizes are nearest (or starts a new one) and runs at exact sizes: a stream
+    serves calls from its third size on, so two calls that differ by chance (two models' head
+    counts) never make one."""
+    for stream in streams:
+        if stream.mask is not None and _fits(stream, sizes):
+            stream.last = sizes
+            return stream
+    nearest = min(streams, key=lambda st: _changes(st.last, sizes))
+    if _learn(nearest, sizes, owners, may_vary):
+        nearest.last = sizes
+        return None
+    if len(streams) >= STREAMS:
+        streams.pop(0)
+    streams.append(_Stream(sizes))
+    return None
+
+
+def _padded_sizes(stream: _Stream, sizes):
+    """The sizes a call of `stream` runs at: each varying one at the bucket of the reference size
+    plus its own distance from it; None where a varying size is below 2 (a size of 1 or 0 would
+    broadcast or vanish differently when padded)."""
+    base, mask, ref = stream.base, stream.mask, stream.ref
+    if any(varies and size < 2 for size, varies in zip(sizes, mask)):
+        return None
+    top = padding.bucket(sizes[ref])
+    return tuple(top + first - base[ref] if varies else size for size, first, varies in zip(sizes, base, mask))
+
+
+def run(schema: OpSchema, args, kwargs, desc: CallDescription):
+    """Run a call with no exact plan yet at its size's bucket; NOT_BUCKETED where it cannot."""
+    if not ENABLED:
+        return _refuse("eager bucketing is off (TORCHNEURON_EAGER_BUCKETS=0)")
+    if deferred._mode["fused"] or deferred._capture["recording"] is not None:
+        return _refuse("fused eager and graph captures run exact sizes")
+    if schema.written or schema.functional is not schema.op:
+        return _refuse("the op writes its arguments (in-place or out=)")
+    if desc.index < 0 or not desc.tensors:
+        return _refuse("no neuron tensor")
+    structure = _structure(desc)
+    if structure is None:
+        return _refuse("a CPU scalar tensor, a storage shared between arguments or a conj/neg view")
+    exact_key = tuple(desc.key)
+    served = _SERVED.get(exact_key, 0)
+    if served >= EXACT_AFTER:  # a size that keeps coming back: its exact plan (no gathers) pays
+        return _refuse(f"this exact signature ran padded {EXACT_AFTER} times: it gets its own plan")
+    if len(_SERVED) >= 8192:
+        _SERVED.clear()
+    _SERVED[exact_key] = served + 1
+    family_key, sizes, may_vary = structure
+    family_key = (schema.op, family_key, desc.index)
+    streams = FAMILIES.get(family_key)
+    if streams is None:
+        FAMILIES[family_key] = [_Stream(sizes)]
+        return _refuse("the first call of its kind")
+    ranks = [t.dim() for t in desc.tensors]
+    owners = [i for i, r in enumerate(ranks) for _ in range(r)]
+    stream = _stream_for(streams, sizes, owners, may_vary)
+    padded = None if stream is None else _padded_sizes(stream, sizes)
+    if stream is None:
+        return _refuse("its sizes did not grow together by one amount since a call of its kind")
+    if padded is None:
+        return _refuse("a growing size below 2")
+    shapes, k = [], 0
+    for r in ranks:
+        shapes.append(padded[k:k + r])
+        k += r
+    varying, k = [], 0
+    for r in ranks:
+        varying.append(stream.mask[k:k + r])
+        k += r
+    statics = tuple(None if any(v) else (t.stride(), t.storage_offset()) for t, v in zip(desc.tensors, varying))
+    key = (family_key, padded, statics, tuple(desc.scalars) if _static_scalars(schema) else None)
+    plan = PLANS.get(key, _MISSING)
+    if plan is _MISSING:
+        plan = _build(schema, args, kwargs, desc, shapes, varying)
+        PLANS[key] = plan
+        if isinstance(plan, BucketedPlan):
+            STATS["plans"] += 1
+            executables.when_empty(plan.function, functools.partial(PLANS.pop, key, None))
+            if _LOG_RECOMPILES:
+                growing = ", ".join(f"tensor {i} dim {d}" for i, v in enumerate(varying) for d, g in enumerate(v) if g)
+                print(f"torchneuron recompile: {schema.op} for shapes {[list(t.shape) for t in desc.tensors]} "
+                      f"(growing: {growing}): bucketed, runs at {[list(x) for x in shapes]}", file=sys.stderr)
+        else:
+            STATS["refused"] += 1
+    if not isinstance(plan, BucketedPlan):
+        return _refuse(plan)
+    return plan.run(args, kwargs, desc)
+
+
+_WHY = [None]  # why the latest call that was not bucketed was not (TORCHNEURON_LOG=recompiles)
+
+
+def _refuse(reason: str):
+    _WHY[0] = reason
+    return NOT_BUCKETED
+
+
+def why_not() -> str | None:
+    """Why the latest call run at exact sizes was not bucketed."""
+    return _WHY[0]
+
+
+def _static_scalars(schema: OpSchema) -> bool:
+    lowering = LOWERINGS.get(schema.functional)
+    return lowering is not None and lowering.static_scalars
+
+
+def _build(schema, args, kwargs, desc, shapes, varying):
+    """The bucketed plan, or the reason the op refuses to run padded."""
+    try:
+        return BucketedPlan(schema, args, kwargs, desc, shapes, varying)
+    except _Refused as e:
+        return str(e)
+
+
+class _Refused(Exception):
+    """This op (or this call of it) does not run padded: it runs at exact sizes."""
+
+
+def _replace_tensors(args, kwargs, make):
+    """args and kwargs with the n-th neuron tensor replaced by make(n, tensor)."""
+    counter = iter(range(1 << 30))
+
+    def convert(value):
+        if isinstance(value, torch.Tensor) and value.device.type == "neuron":
+            i = next(counter)
+            return make(i, value)
+        if isinstance(value, (list, tuple)):
+            return type(value)(convert(v) for v in value)
+        return value
+
+    return [convert(a) for a in args], {k: convert(v) for k, v in kwargs.items()}
+
+
+class _Index:
+    """A tensor's place in the call, standing in for it where padding rules bind names."""
+
+    __slots__ = ("i",)
+
+    def __init__(self, i):
+        self.i = i
+
+
+def _names_of(op, args, kwargs) -> dict:
+    """Argument name -> indices of the call's neuron tensors under it."""
+    indexed, indexed_kwargs = _replace_tensors(args, kwargs, lambda i, t: _Index(i))
+    names = {}
+    for name, value in padding.bind(op, indexed, indexed_kwargs).items():
+        found = [v.i for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, _Index)]
+        if found:
+            names[name] = found
+    return names
+
+
+class BucketedPlan:
+    """One op at one bucket of its varying size: a program over the arguments' buffers and a vector
+    of their true sizes (and the results'), making each result in a buffer of its padded size."""
+
+    def __init__(self, schema: OpSchema, args, kwargs, desc: CallDescription, shapes, varying):
+        op = schema.op
+        lowering = LOWERINGS.get(op)
+        if lowering is None or lowering.data_dependent or lowering.user_code or lowering.graph_only or (
+                lowering.checks and device_asserts.ENABLED):
+            raise _Refused("no lowering that runs padded (none, data dependent, a user's, or device-checked)")
+        self.schema, self.op, self.lowering = schema, op, lowering
+        self.shapes, self.varying = shapes, varying
+        tensors = desc.tensors
+        self.dtypes = [t.dtype for t in tensors]
+        self.layouts = [None if any(v) else Layout(tuple(t.shape), tuple(t.stride()), t.storage_offset())
+                        for t, v in zip(tensors, varying)]
+        self.template_args, self.template_kwargs = template_of(schema, args, kwargs)
+        if draws_random(lowering, op, self.template_args, self.template_kwargs):
+            raise _Refused("it draws random numbers")
+        self.static_scalars = list(desc.scalars) if lowering.static_scalars else None
+        margs, mkwargs = _replace_tensors(args, kwargs, lambda i, t: torch.empty_strided(
+            shapes[i], _dense_stride(shapes[i]) if any(varying[i]) else t.stride(), dtype=t.dtype, device="meta"))
+        try:
+            padded_out = META_OVERRIDES.get(op, op)(*margs, **mkwargs)
+        except _META_ERRORS as e:  # a padded call the meta kernel refuses: run at exact sizes
+            raise _Refused(f"its meta kernel refuses the padded sizes: {e}") from e
+        outs = padded_out if len(op._schema.returns) > 1 else (padded_out,)
+        self.results = []  # per return: ("tensor", padded shape, dtype) | ("int",) | ("none",)
+        for alias, out in zip(schema.return_aliases, outs):
+            if alias is not None or isinstance(out, (list, tuple)):
+                raise _Refused("it returns a view or a list")
+            if isinstance(out, torch.Tensor):
+                self.results.append(("tensor", tuple(out.shape), out.dtype))
+            elif isinstance(out, (int, torch.SymInt)) and not isinstance(out, bool):
+                self.results.append(("int",))
+            elif out is None:
+                self.results.append(("none",))
+            else:
+                raise _Refused(f"it returns a {type(out).__name__}")
+        self.compute_dtype = calling.compute_dtype(lowering, schema.names, margs, mkwargs)
+        self.layout_flags = calling.static_flags(op, lowering, margs, mkwargs, padded_out)
+        self.names = _names_of(op, args, kwargs)
+        self.cat_dim = None
+        self.fills: list = []  # (tensor index, varying axes to fill, value)
+        self.masked = None
+        self.counted: list = []
+        if op is aten.cat.default:
+            if any(t.numel() == 0 for t in tensors):
+                raise _Refused("an empty operand (cat skips those whatever their shape)")
+            call = padding.bind(op, margs, mkwargs)
+            self.cat_dim = call["dim"] % len(shapes[0])
+        else:
+            rule = padding.padding_of(op, margs, mkwargs)
+            if rule is None:
+                raise _Refused("no padding rule (lowering/padding.py) says it is exact on padded operands")
+            for name, axes in rule.exact:
+                if any(varying[i][a] for i in self.names.get(name, ()) for a in axes if a < len(varying[i])):
+                    raise _Refused(f"its padding rule forbids padding {name!r} along the growing axis")
+            for fill in rule.fills:
+                for i in self.names.get(fill.operand, ()):
+                    axes = tuple(a for a in fill.axes if a < len(varying[i]) and varying[i][a])
+                    if axes:
+                        self.fills.append((i, axes, fill.value))
+            if rule.masked is not None:
+                self.masked = rule
+                i = self.names[rule.counted][0]
+                self.counted = [(i, a) for a in rule.counted_axes if varying[i][a]]
+        # the sizes vector: every dimension of every tensor argument, then of every tensor result
+        self.n_tensors = len(tensors)
+        # named by everything the program depends on besides its buffers: the persistent cache
+        # loads it in a later process without tracing it
+        identity = repr(("bucketed", str(op), self.shapes, self.varying, self.dtypes, self.layouts,
+                         self.template_args, self.template_kwargs, self.static_scalars, self.results,
+                         self.compute_dtype, self.layout_flags, self.cat_dim, self.fills, self.counted,
+                         self.masked is not None))
+        self.function = executables.Function(self._body, "eager", f"{op} (bucketed)", identity=identity)
+        self.prototypes = [torch.empty(0, dtype=r[2], device=desc.device) if r[0] == "tensor" else None
+                           for r in self.results]
+
+    # ------------------------------------------------------------ tracing
+    def _body(self, *flat):
+        n = self.n_tensors
+        buffers, sizes, scalars = flat[:n], flat[n], flat[n + 1:]
+        at = 0
+        true_dims = []  # per tensor argument: its sizes, traced where they vary
+        for shape, varies in zip(self.shapes, self.varying):
+            true_dims.append([sizes[at + d] if v else shape[d] for d, v in enumerate(varies)])
+            at += len(shape)
+        values = []
+        for i, (buf, dt) in enumerate(zip(buffers, self.dtypes)):
+            buf = storages.bitcast(buf, to_jax(dt))
+            if self.layouts[i] is not None:
+                values.append(read(buf, self.layouts[i]))
+            else:
+                values.append(_read_padded(buf, self.shapes[i], true_dims[i], self.varying[i]))
+        for i, axes, value in self.fills:
+            keep = _valid(self.shapes[i], true_dims[i], axes)
+            values[i] = jnp.where(keep, values[i], jnp.asarray(value, values[i].dtype))
+        scalars = [jnp.asarray(s) for s in scalars]
+        results = self._compute(values, scalars, true_dims)
+        outputs = []
+        for r, result in zip(self.results, results):
+            if r[0] != "tensor":
+                continue
+            shape = r[1]
+            true = [sizes[at + d] for d in range(len(shape))]
+            at += len(shape)
+            value = jnp.broadcast_to(result, shape).astype(to_jax(r[2]))
+            outputs.append(_write_padded(value, shape, true))
+        return tuple(outputs)
+
+    def _compute(self, values, scalars, true_dims):
+        if self.cat_dim is not None:
+            return (self._cat(values, true_dims),)
+
+        def fill(node):
+            if isinstance(node, Slot):
+                if node.index >= 0:
+                    return values[node.index]
+                if self.static_scalars is not None:
+                    return self.static_scalars[-node.index - 1]
+                return scalars[-node.index - 1]
+            if isinstance(node, list):
+                return [fill(x) for x in node]
+            return node
+
+        call_args = [fill(node) for node in self.template_args]
+        call_kwargs = {k: fill(node) for k, node in self.template_kwargs.items()}
+        if self.masked is None:
+            return calling.invoke(self.op, self.lowering, call_args, call_kwargs, self.compute_dtype, None,
+                                  self.layout_flags)
+        call = padding.bind(self.op, call_args, call_kwargs)
+        valid = True
+        for i, axis in self.counted:
+            valid = valid & _valid(self.shapes[i], true_dims[i], (axis,))
+        results = self.masked.masked(call, valid)
+        return tuple(results) if len(self.op._schema.returns) > 1 else (results,)
+
+    def _cat(self, values, true_dims):
+        """Each operand written at the sum of the true sizes before it: a later operand overwrites
+        an earlier one's padding, the last one's lies past the true size."""
+        dim = self.cat_dim
+        shape, dtype = self.results[0][1], to_jax(self.results[0][2])
+        out = jnp.zeros(shape, dtype)
+        offset = 0
+        for value, true in zip(values, true_dims):
+            start = [0] * len(shape)
+            start[dim] = offset
+            out = lax.dynamic_update_slice(out, value.astype(dtype), start)
+            offset = offset + true[dim]
+        return out
+
+    # ------------------------------------------------------------ calling
+    def run(self, args, kwargs, desc: CallDescription):
+        """The call at its bucket: the meta kernel at the true sizes gives the results' sizes (and
+        PyTorch's errors); NOT_BUCKETED if they do not fit the padded results."""
+        metas, meta_kwargs = _replace_tensors(args, kwargs, lambda i, t: torch.empty_strided(
+            t.shape, t.stride(), dtype=t.dtype, device="meta"))
+        try:
+            true_out = META_OVERRIDES.get(self.op, self.op)(*metas, **meta_kwargs)
+        except _META_ERRORS:
+            return NOT_BUCKETED  # (the exact path raises the error with its own wording)
+        true_out = true_out if len(self.op._schema.returns) > 1 else (true_out,)
+        sizes = [s for t in desc.tensors for s in t.shape]
+        for r, out in zip(self.results, true_out):
+            if r[0] == "tensor":
+                if out.dim() != len(r[1]) or any(a > b or a == 0 for a, b in zip(out.shape, r[1])):
+                    return NOT_BUCKETED
+                sizes.extend(out.shape)
+        buffers = buffers_of(desc) if desc.missing else desc.buffers
+        flat = [*buffers, np.asarray(sizes, np.int64)]
+        if desc.scalars and self.static_scalars is None:
+            flat += [PYTHON_SCALAR_TYPES.get(type(v), np.asarray)(v) for v in desc.scalars]
+        STATS["calls"] += 1
+        outputs = iter(self.function(*flat))
+        returns = []
+        for r, out, prototype in zip(self.results, true_out, self.prototypes):
+            if r[0] == "tensor":
+                t = prototype.new_empty(out.shape)
+                storages.bind(t.data_ptr(), next(outputs))  # (a buffer longer than the storage's bytes)
+                returns.append(t)
+            elif r[0] == "int":
+                returns.append(int(out))
+            else:
+                returns.append(None)
+        return tuple(returns) if len(returns) > 1 else returns[0]
+
+
+def _dense_stride(shape) -> tuple:
+    stride, acc = [], 1
+    for n in reversed(shape):
+        stride.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(stride))
+
+
+def _true_strides(true) -> list:
+    strides, acc = [], 1
+    for n in reversed(true):
+        strides.append(acc)
+        acc = acc * n
+    return strides[::-1]
+
+
+def _read_padded(buf, shape, true, varies):
+    """A contiguous tensor of sizes `true` (traced where they vary) read as the padded `shape`,
+    zeros at the padded positions."""
+    if not shape:
+        return buf[0]
+    index = 0
+    for d, stride in enumerate(_true_strides(true)):
+        index = index + lax.broadcasted_iota(jnp.int64, shape, d) * stride
+    value = jnp.take(buf, index, mode="clip")
+    axes = tuple(d for d, v in enumerate(varies) if v)
+    return jnp.where(_valid(shape, true, axes), value, jnp.zeros((), value.dtype))
+
+
+def _valid(shape, true, axes):
+    keep = jnp.ones(shape, bool)
+    for d in axes:
+        keep = keep & (lax.broadcasted_iota(jnp.int64, shape, d) < true[d])
+    return keep
+
+
+def _write_padded(value, shape, true):
+    """`value` (padded `shape`) laid out densely at its true sizes, in a buffer of the padded size."""
+    length = max(math.prod(shape), 1)
+    if not shape:
+        return value.reshape(1)
+    position = jnp.arange(length, dtype=jnp.int64)
+    index = 0
+    for d, (stride, padded_stride) in enumerate(zip(_true_strides(true), _dense_stride(shape))):
+        index = index + (position // stride) % true[d] * padded_stride
+    return jnp.take(value.reshape(-1), index, mode="clip")
+
+
+def stats() -> dict:
+    """Eager bucketing's counters: calls run padded, bucketed plans built, plans refused."""
+    return {"bucketed_calls": STATS["calls"], "bucketed_plans": STATS["plans"], "bucketed_refused": STATS["refused"]}
+
+
+ENABLED = config.EAGER_BUCKETS
+_LOG_RECOMPILES = "recompiles" in config.LOG
