@@ -71,9 +71,9 @@ class PlanExecution:
         if self.random:
             scalars, rng = scalars[:-2], scalars[-2:]
         layouts = self.layouts
-        if self.traced_offsets:
-            scalars, offsets = scalars[:-1], scalars[-1]
-            layouts = self._at_offsets(offsets)
+        if self.traced_offsets or self.traced_strides:
+            scalars, layout_args = scalars[:-1], scalars[-1]
+            layouts = self._at_layout_args(layout_args)
         buffers = [None] * (len(written) + len(others))
         for g, b in zip(self.written_groups, written):
             buffers[g] = b
@@ -110,8 +110,8 @@ class PlanExecution:
         flat = list(buffers) if self.in_order else [buffers[g] for g in self.arg_groups]
         if desc.scalars:
             flat += [_lookup_scalar_type(type(v), np.asarray)(v) for v in desc.scalars]
-        if self.traced_offsets:
-            flat.append(self._offsets_of(desc))
+        if self.traced_offsets or self.traced_strides:
+            flat.append(self._layout_args_of(desc))
         rng_at = -1
         if rng is not None:
             rng_at = len(flat)
@@ -213,21 +213,32 @@ class PlanExecution:
         return [apply_math_bits(read(storages.bitcast(buffers[g], to_jax(dt)), lay), bits)
                 for g, dt, lay, bits in zip(self.groups, self.dtypes, layouts, self.bits)]
 
-    def _offsets_of(self, desc: CallDescription):
-        """This call's offsets of the views whose offsets the program takes (traced_offsets)."""
+    def _layout_args_of(self, desc: CallDescription):
+        """This call's offsets and strides that the program takes as arguments (traced_offsets,
+        then each of traced_strides' strides)."""
         tensors = desc.tensors
-        return np.asarray([tensors[i].storage_offset() for i in self.traced_offsets], np.int64)
+        values = [tensors[i].storage_offset() for i in self.traced_offsets]
+        for i in self.traced_strides:
+            values.extend(tensors[i].stride())
+        return np.asarray(values, np.int64)
 
-    def _at_offsets(self, offsets) -> list:
-        """The layouts with the traced offsets in place (a traced or a host array of them)."""
+    def _at_layout_args(self, values) -> list:
+        """The layouts with the traced offsets and strides in place (traced, or host ints)."""
         layouts = list(self.layouts)
         for k, i in enumerate(self.traced_offsets):
-            layouts[i] = layouts[i]._replace(offset=offsets[k])
+            layouts[i] = layouts[i]._replace(offset=values[k])
+        at = len(self.traced_offsets)
+        for i in self.traced_strides:
+            n = len(layouts[i].shape)
+            layouts[i] = layouts[i]._replace(stride=tuple(values[at + d] for d in range(n)))
+            at += n
         return layouts
 
     def _call_outside_jit(self, args, kwargs, desc, buffers, rng):
         buffers = deferred.concrete_all(buffers, f"data-dependent {self.op}")
-        layouts = self._at_offsets([int(o) for o in self._offsets_of(desc)]) if self.traced_offsets else self.layouts
+        layouts = self.layouts  # (a plan with traced layouts serves other offsets and strides: this call's)
+        if self.traced_offsets or self.traced_strides:
+            layouts = self._at_layout_args(self._layout_args_of(desc).tolist())
         values = self._read_all(buffers, layouts)
         results = self._call_lowering(values, [jnp.asarray(s) for s in desc.scalars], rng)
         made = []

@@ -90,6 +90,11 @@ class Plan(PlanExecution):
         # offsets are the program's arguments (the key does not hold them: describe.tensor_key).
         shared = {g for g in self.groups if self.groups.count(g) > 1}
         self.traced_offsets = [i for i, lay in enumerate(self.layouts) if lay.offset and self.groups[i] not in shared]
+        # Gapped views (`ids[:, -1:]` of a growing batch: row stride n) in such storages: read and
+        # written by a gather over traced strides, so plans for each stride share one program (the
+        # key keeps the strides: PyTorch's result layouts can depend on them).
+        self.traced_strides = [i for i, lay in enumerate(self.layouts)
+                               if lay.numel > 1 and lay.dense_order() is None and self.groups[i] not in shared]
         self._arg_slots = _slots_per_arg(
             list(enumerate(args)) + [(schema.names.index(k), v) for k, v in kwargs.items()])
         self.dtypes = [t.dtype for t in tensors]
@@ -152,7 +157,8 @@ class Plan(PlanExecution):
         # The common call (nothing written, one fresh result, buffers in argument order) takes a
         # shorter path: eager speed is decided by these few microseconds.
         simple = (self.single_fresh is not None and not n_written and not self.random
-                  and self.in_order and self.function is not None and not self.traced_offsets)
+                  and self.in_order and self.function is not None and not self.traced_offsets
+                  and not self.traced_strides)
         self.simple = simple
         self.execute = self._execute_simple if simple else self.__call__
 
@@ -165,8 +171,16 @@ class Plan(PlanExecution):
         compiles once."""
         layouts = [_canonical(lay._replace(offset=TRACED_OFFSET) if i in self.traced_offsets else lay)
                    for i, lay in enumerate(self.layouts)]
-        key = [(e[0], _canonical(Layout(e[0], e[1], 0)).stride, *e[2:]) if _is_tensor_entry(e) else e
-               for e in key_of(schema, desc)]
+        for i in self.traced_strides:
+            layouts[i] = layouts[i]._replace(stride=TRACED_OFFSET)
+        key, i = [], 0
+        for e in key_of(schema, desc):
+            if _is_tensor_entry(e):
+                stride = TRACED_OFFSET if i in self.traced_strides else _canonical(Layout(e[0], e[1], 0)).stride
+                key.append((e[0], stride, *e[2:]))
+                i += 1
+            else:
+                key.append(e)
         fresh = [(path, _canonical(lay), dtype) for path, lay, dtype in self.fresh]
         return repr((str(self.op), key, self.groups, layouts, self.dtypes, self.bits,
                      self.template_args, self.template_kwargs, self.writes, fresh, self.compute_dtype,

@@ -317,7 +317,8 @@ def _masked_moments(x, valid, dims, correction):
     if correction is None:
         return mean, None
     centred = jnp.where(valid, x - mean, 0)
-    return mean, jnp.sum(centred * jnp.conj(centred), axis=dims, keepdims=True).real / (count - correction)
+    # degrees of freedom clamped at 0, as PyTorch does (inf, or nan for a zero sum)
+    return mean, jnp.sum(centred * jnp.conj(centred), axis=dims, keepdims=True).real / jnp.maximum(count - correction, 0)
 
 
 def _reduced(value, dims, keepdim):

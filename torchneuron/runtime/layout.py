@@ -26,7 +26,9 @@ class Layout(NamedTuple):
 
     def dense_order(self) -> tuple[int, ...] | None:
         """Dims from outermost to innermost if the tensor is a dense block (possibly
-        permuted), else None."""
+        permuted), else None (also for traced strides: only a gapped view's are traced)."""
+        if not all(type(s) is int for s in self.stride):
+            return None
         dims = sorted((d for d in range(len(self.shape)) if self.shape[d] != 1),
                       key=lambda d: -self.stride[d])
         expected = 1
@@ -46,7 +48,7 @@ class Layout(NamedTuple):
         """Flat buffer index of every element, as an int array of `shape`."""
         idx = jnp.full(self.shape, self.offset, jnp.int64)
         for d, (n, s) in enumerate(zip(self.shape, self.stride)):
-            if n > 1 and s != 0:
+            if n > 1 and (type(s) is not int or s != 0):
                 idx = idx + lax.broadcasted_iota(jnp.int64, self.shape, d) * s
         return idx
 
