@@ -173,3 +173,19 @@ def test_a_gapped_view_of_a_growing_batch_shares_one_program():
         misses.append(_misses() - before)
     torch.testing.assert_close(ids_n.cpu(), ids, rtol=0, atol=0)
     assert sum(misses[4:]) <= 12, misses  # (at exact strides: 3 a step)
+
+
+def test_a_size_that_keeps_coming_back_gets_its_exact_plan():
+    """After growing, a loop that stays at one size leaves the padded program (and its gathers)
+    once that exact signature ran padded EXACT_AFTER times."""
+    x = _long(5, 5, axis=1).double().to("neuron")  # (a signature no other test runs)
+    for n in range(6, 12):  # a growing family
+        x = torch.cat([x, x[:, :1]], 1)
+        x.sum(-1)
+    expected = x.cpu().sum(-1)
+    padded = []
+    for _ in range(buckets.EXACT_AFTER + 20):
+        calls = buckets.STATS["calls"]
+        torch.testing.assert_close(x.sum(-1).cpu(), expected, rtol=1e-6, atol=1e-6)
+        padded.append(buckets.STATS["calls"] - calls)
+    assert sum(padded[:100]) == 100 and sum(padded[-20:]) == 0

@@ -56,7 +56,7 @@ _META_ERRORS = (RuntimeError, ValueError, IndexError, TypeError, NotImplementedE
 EXACT_AFTER = 128
 _SERVED: dict = {}  # exact plan key -> calls served padded
 FAMILIES: dict = {}  # family key -> its streams
-PLANS: dict = {}  # bucket key -> BucketedPlan, or None where the op refused
+PLANS: dict = {}  # bucket key -> BucketedPlan, or the reason the op refused to run padded
 STATS = collections.Counter()  # calls, plans, refused
 
 
