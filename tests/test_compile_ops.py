@@ -26,6 +26,38 @@ def test_view_scatters(dtype):
     _both(lambda x: torch.as_strided_scatter(x, x[:3, :2] - 5, (3, 2), (8, 3), 1), x)
 
 
+def test_as_strided_of_a_view_reads_its_storage():
+    """as_strided addresses the storage: of a transposed or offset view it reads the base's order
+    (Longformer's sliding-window chunks), compiled as in eager."""
+    x = torch.arange(12.0).reshape(3, 4)
+    _both(lambda x: x.t().as_strided((4, 3), (1, 4)) * 2, x)
+    _both(lambda x: x[1:].as_strided((2, 2), (1, 4), 5) + 1, x)
+    _both(lambda x: x.t().contiguous().as_strided((3, 2), (1, 3)) * 1, x)
+    _both(lambda x: (x * 1).transpose(0, 1).as_strided((2, 2, 2), (4, 1, 4)).sum(-1), x)
+
+
+def test_a_complex_rotary_embedding_backward_compiles_whole():
+    """Llama 4's rotary embedding multiplies by complex frequencies: its backward conjugates them
+    (`aten._conj` in the graph). Equal to CPU, and no graph runs op by op."""
+    def step(x, w, freqs):
+        q = (x @ w).view(2, 8, 4, 16)
+        rotated = torch.view_as_complex(q.float().reshape(2, 8, 4, 8, 2)) * freqs[None, :, None, :]
+        q = torch.view_as_real(rotated).flatten(3)
+        q = (q * torch.rsqrt(q.pow(2).mean(-1, keepdim=True) + 1e-6)).transpose(1, 2)
+        return torch.nn.functional.scaled_dot_product_attention(q, q, q).sum()
+
+    generator = torch.Generator().manual_seed(0)
+    x, w = torch.randn(2, 8, 64, generator=generator), torch.randn(64, 64, generator=generator)
+    freqs = torch.polar(torch.ones(8, 8), torch.randn(8, 8, generator=generator))
+    w.requires_grad_()
+    step(x, w, freqs).backward()
+    on_neuron = w.detach().to("neuron").requires_grad_()
+    before = compile_stats().get("eager_graphs", 0)
+    torch.compile(step, backend="neuron")(x.to("neuron"), on_neuron, freqs.to("neuron")).backward()
+    assert compile_stats().get("eager_graphs", 0) == before
+    torch.testing.assert_close(on_neuron.grad.cpu(), w.grad, rtol=1e-4, atol=1e-4)
+
+
 def test_sort_and_histc():
     x = torch.tensor([3.0, 1.0, 2.0, 1.0, 5.0, -1.0, 2.5])
     _both(lambda x: torch.sort(x, descending=True), x)

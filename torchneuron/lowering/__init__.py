@@ -51,6 +51,9 @@ class Lowering:
     # Tensor arguments whose memory layout PyTorch's result depends on (det factors A^T when A is
     # contiguous, and its backward relies on that): drivers pass `<name>_contiguous=bool`.
     contiguity: tuple[str, ...] = ()
+    # Tensor arguments whose storage layout the op reads (as_strided addresses the storage, not the
+    # values): drivers pass `<name>_layout=(strides, storage_offset)`.
+    strided: tuple[str, ...] = ()
     # Results whose shapes follow the device's convention (embedding_bag's auxiliary outputs differ
     # between CPU and CUDA): drivers pass `result_shapes=`, the shapes the meta kernel (eager: ours,
     # as on CPU) or the traced graph recorded.

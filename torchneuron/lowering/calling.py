@@ -68,7 +68,8 @@ def _is_fake(t) -> bool:
 
 def static_flags(op, lowering: Lowering, args, kwargs, meta_result) -> dict:
     """The keyword arguments a lowering asks its driver for, from the tensors (or meta values) the
-    driver holds: `<name>_contiguous` for its `contiguity` arguments, and `result_shapes=` (the
+    driver holds: `<name>_contiguous` for its `contiguity` arguments, `<name>_layout` (strides,
+    storage offset) for its `strided` ones, and `result_shapes=` (the
     shape of each result, or None) when it declares `result_shapes`."""
     names = [a.name for a in op._schema.arguments]
     flags = {}
@@ -76,6 +77,10 @@ def static_flags(op, lowering: Lowering, args, kwargs, meta_result) -> dict:
         i = names.index(name)
         value = args[i] if i < len(args) else kwargs[name]
         flags[f"{name}_contiguous"] = bool(value.is_contiguous())
+    for name in lowering.strided:
+        i = names.index(name)
+        value = args[i] if i < len(args) else kwargs[name]
+        flags[f"{name}_layout"] = (tuple(value.stride()), value.storage_offset())
     if lowering.result_shapes:
         results = meta_result if isinstance(meta_result, (tuple, list)) else (meta_result,)
         flags["result_shapes"] = tuple(tuple(r.shape) if isinstance(r, torch.Tensor) else None for r in results)

@@ -15,8 +15,8 @@ from . import aten
 from . import lowers as _lowers
 
 
-def lowers(*ops):
-    return _lowers(*ops, graph_only=True)
+def lowers(*ops, **options):
+    return _lowers(*ops, graph_only=True, **options)
 
 
 @lowers(aten.alias.default, aten.detach.default, aten.lift_fresh.default)
@@ -149,13 +149,60 @@ def narrow(self, dim, start, length):
     return lax.slice_in_dim(self, start, start + length, axis=dim)
 
 
-@lowers(aten.as_strided.default)
-def as_strided(self, size, stride, storage_offset=None):
-    # In a graph the input's storage is the value itself, laid out contiguously.
-    idx = jnp.full(tuple(size), storage_offset or 0, jnp.int64)
-    for d, (n, s) in enumerate(zip(size, stride)):
-        idx = idx + lax.broadcasted_iota(jnp.int64, tuple(size), d) * s
-    return self.reshape(-1)[idx]
+def _positions(shape, stride, offset):
+    """The storage position of every element of a (shape, stride, offset) view."""
+    idx = jnp.full(tuple(shape), offset, jnp.int64)
+    for d, s in enumerate(stride):
+        idx = idx + lax.broadcasted_iota(jnp.int64, tuple(shape), d) * s
+    return idx
+
+
+def _storage_of(value, layout, reach):
+    """The storage a graph value is a view of, as far as the value covers it: its elements placed
+    at their storage positions (`layout`: its strides and offset, as traced), `reach` positions at
+    least. Positions no element covers hold zeros (the graph never reads them: as_strided views of
+    a tensor stay within it)."""
+    stride, offset = layout if layout is not None else (None, 0)
+    if stride is None or tuple(stride) == _dense(value.shape):
+        flat = value.reshape(-1)
+        if offset == 0 and flat.shape[0] >= reach:
+            return flat
+        return jnp.zeros((max(reach, offset + flat.shape[0]),), value.dtype).at[offset:offset + flat.shape[0]].set(flat)
+    places = _positions(value.shape, stride, offset).reshape(-1)
+    extent = offset + sum((n - 1) * s for n, s in zip(value.shape, stride)) + 1 if value.size else 0
+    return jnp.zeros((max(reach, extent),), value.dtype).at[places].set(value.reshape(-1))
+
+
+def _dense(shape):
+    stride, acc = [], 1
+    for n in reversed(shape):
+        stride.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(stride))
+
+
+def _reach(size, stride, offset):
+    return offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1 if all(size) else 0
+
+
+@lowers(aten.as_strided.default, strided=("self",))
+def as_strided(self, size, stride, storage_offset=None, *, self_layout=None):
+    """A view of the input's storage: the input's own strides and offset (as traced) say where
+    each of its elements lies in that storage (x.t().as_strided(...) reads x's order)."""
+    offset = storage_offset or 0
+    storage = _storage_of(self, self_layout, _reach(size, stride, offset))
+    return storage[_positions(size, stride, offset)]
+
+
+@lowers(aten._conj.default)
+def conj_view(self):
+    # a graph's values carry no conj bit: the conjugate itself (complex rotary embeddings' backward)
+    return jnp.conj(self)
+
+
+@lowers(aten._neg_view.default)
+def neg_view(self):
+    return -self
 
 
 @lowers(aten.view_as_real.default)
@@ -197,8 +244,6 @@ def diagonal_scatter(self, src, offset=0, dim1=0, dim2=1):
 @_lowers(aten.as_strided_scatter.default)
 def as_strided_scatter(self, src, size, stride, storage_offset=None):
     # As aten.as_strided in a graph: the storage is the value itself, laid out contiguously.
-    idx = jnp.full(tuple(size), storage_offset or 0, jnp.int64)
-    for d, s in enumerate(stride):
-        idx = idx + lax.broadcasted_iota(jnp.int64, tuple(size), d) * s
+    idx = _positions(size, stride, storage_offset or 0)
     flat = self.reshape(-1).at[idx.reshape(-1)].set(src.astype(self.dtype).reshape(-1))
     return flat.reshape(self.shape)
