@@ -75,6 +75,8 @@ def _floor_divide_float(a, b):
 
 
 def _divide(a, b, rounding_mode):
+    # (a graph may pass two Python numbers: `torch.div(8, 4, rounding_mode="trunc")` traced live)
+    a, b = (x if hasattr(x, "dtype") else jnp.asarray(x) for x in (a, b))
     if rounding_mode is None:
         if _is_exact(a):  # true division of integers computes in the default float dtype
             dtype = to_jax(torch.get_default_dtype())
