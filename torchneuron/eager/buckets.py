@@ -41,7 +41,7 @@ from ..runtime import deferred, device_asserts, executables, storages
 from ..runtime.dtypes import PYTHON_SCALAR_TYPES, to_jax
 from ..runtime.layout import Layout, read
 from .describe import CallDescription, buffers_of
-from .execute import Slot
+from .execute import fill_template
 from .plan import template_of
 from .schema import OpSchema
 
@@ -401,19 +401,8 @@ class BucketedPlan:
         if self.cat_dim is not None:
             return (self._cat(values, true_dims),)
 
-        def fill(node):
-            if isinstance(node, Slot):
-                if node.index >= 0:
-                    return values[node.index]
-                if self.static_scalars is not None:
-                    return self.static_scalars[-node.index - 1]
-                return scalars[-node.index - 1]
-            if isinstance(node, list):
-                return [fill(x) for x in node]
-            return node
-
-        call_args = [fill(node) for node in self.template_args]
-        call_kwargs = {k: fill(node) for k, node in self.template_kwargs.items()}
+        call_args, call_kwargs = fill_template(self.template_args, self.template_kwargs, values,
+                                               scalars if self.static_scalars is None else self.static_scalars)
         if self.masked is None:
             return calling.invoke(self.op, self.lowering, call_args, call_kwargs, self.compute_dtype, None,
                                   self.layout_flags)

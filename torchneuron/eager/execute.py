@@ -40,23 +40,25 @@ class Slot:
         return f"Slot({self.index})"
 
 
+def fill_template(template_args, template_kwargs, values, scalars) -> tuple[list, dict]:
+    """The lowering's arguments: each Slot of the template replaced by the call's tensor values
+    (Slot(n)) or scalars (Slot(-k))."""
+    def fill(node):
+        if isinstance(node, Slot):
+            return values[node.index] if node.index >= 0 else scalars[-node.index - 1]
+        if isinstance(node, list):
+            return [fill(n) for n in node]
+        return node
+
+    return [fill(node) for node in template_args], {k: fill(node) for k, node in template_kwargs.items()}
+
+
 class PlanExecution:
     """The executing half of a plan (see plan.Plan for the attributes it reads)."""
 
     def _call_lowering(self, values, scalars, rng):
-        def fill(node):
-            if isinstance(node, Slot):
-                if node.index >= 0:
-                    return values[node.index]
-                if self.static_scalars is not None:
-                    return self.static_scalars[-node.index - 1]
-                return scalars[-node.index - 1]
-            if isinstance(node, list):
-                return [fill(n) for n in node]
-            return node
-
-        call_args = [fill(node) for node in self.template_args]
-        call_kwargs = {k: fill(node) for k, node in self.template_kwargs.items()}
+        call_args, call_kwargs = fill_template(self.template_args, self.template_kwargs, values,
+                                               scalars if self.static_scalars is None else self.static_scalars)
         key = jax.random.fold_in(jax.random.key(rng[0]), rng[1]) if self.random else None
         return calling.invoke(self.schema.functional, self.lowering, call_args, call_kwargs,
                               self.compute_dtype, key, self.layout_flags)
