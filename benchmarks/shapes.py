@@ -4,8 +4,9 @@
 
 1. A tiny Llama (2 layers, hidden 64, 4 heads, vocab 256) `generate(max_new_tokens=64)`, greedy,
    with Hugging Face's default (dynamic) KV cache: every step's sequence length is new. Timed on
-   neuron in a fresh process with an empty persistent cache, in a fresh process with the cache the
-   first one filled, and again in the same process; with every eager op at its exact sizes
+   neuron with eager bucketing (TORCHNEURON_EAGER_BUCKETS=1) in a fresh process with an empty
+   persistent cache, in a fresh process with the cache the first one filled, and again in the same
+   process; with every eager op at its exact sizes
    (TORCHNEURON_EAGER_BUCKETS=0, an empty cache) as the baseline; and on CPU. Resident memory
    growth of each neuron run and its XLA compiles (torchneuron.cache_stats()). Each neuron run must
    produce CPU's tokens.
@@ -100,8 +101,10 @@ def generate_cases() -> None:
     cpu = run(GENERATE.format(device="cpu", repeats=2))
     cpu_seconds = min(r["seconds"] for r in cpu["runs"])
     with tempfile.TemporaryDirectory() as cache:
-        cold = run(GENERATE.format(device="neuron", repeats=2), TORCHNEURON_CACHE_DIR=cache)
-        warm = run(GENERATE.format(device="neuron", repeats=1), TORCHNEURON_CACHE_DIR=cache)
+        cold = run(GENERATE.format(device="neuron", repeats=2), TORCHNEURON_CACHE_DIR=cache,
+                   TORCHNEURON_EAGER_BUCKETS="1")
+        warm = run(GENERATE.format(device="neuron", repeats=1), TORCHNEURON_CACHE_DIR=cache,
+                   TORCHNEURON_EAGER_BUCKETS="1")
     with tempfile.TemporaryDirectory() as cache:  # the baseline: every eager op at its exact sizes
         exact = run(GENERATE.format(device="neuron", repeats=1), TORCHNEURON_CACHE_DIR=cache,
                     TORCHNEURON_EAGER_BUCKETS="0")
