@@ -39,8 +39,8 @@ from .. import config
 from ..lowering import LOWERINGS, META_OVERRIDES, calling, draws_random, padding
 from ..runtime import deferred, device_asserts, executables, storages
 from ..runtime.dtypes import PYTHON_SCALAR_TYPES, to_jax
-from ..runtime.layout import Layout, read
-from .describe import CallDescription, buffers_of
+from ..runtime.layout import Layout, contiguous_stride, read
+from .describe import CallDescription, buffers_of, is_tensor_entry
 from .execute import fill_template
 from .plan import template_of
 from .schema import OpSchema
@@ -75,10 +75,6 @@ class _Stream:
 STREAMS = 8  # ways one family's sizes vary at once (a cache's keys and values, layers of two widths)
 
 
-def _is_tensor_entry(entry) -> bool:
-    return type(entry) is tuple and len(entry) == 7 and type(entry[0]) is torch.Size
-
-
 def _structure(desc: CallDescription):
     """(family key, every tensor's sizes in one tuple, per tensor: may it vary), or None where the
     call cannot be bucketed (a CPU scalar tensor, a shared storage, a conj/neg view)."""
@@ -86,7 +82,7 @@ def _structure(desc: CallDescription):
     tensors = desc.tensors
     i = 0
     for entry in desc.key:
-        if _is_tensor_entry(entry):
+        if is_tensor_entry(entry):
             shape, _stride, offset, dtype, first, conj, neg = entry
             if first != i or conj or neg:
                 return None
@@ -307,7 +303,7 @@ class BucketedPlan:
             raise _Refused("it draws random numbers")
         self.static_scalars = list(desc.scalars) if lowering.static_scalars else None
         margs, mkwargs = _replace_tensors(args, kwargs, lambda i, t: torch.empty_strided(
-            shapes[i], _dense_stride(shapes[i]) if any(varying[i]) else t.stride(), dtype=t.dtype, device="meta"))
+            shapes[i], contiguous_stride(shapes[i]) if any(varying[i]) else t.stride(), dtype=t.dtype, device="meta"))
         try:
             padded_out = META_OVERRIDES.get(op, op)(*margs, **mkwargs)
         except _META_ERRORS as e:  # a padded call the meta kernel refuses: run at exact sizes
@@ -463,14 +459,6 @@ class BucketedPlan:
         return tuple(returns) if len(returns) > 1 else returns[0]
 
 
-def _dense_stride(shape) -> tuple:
-    stride, acc = [], 1
-    for n in reversed(shape):
-        stride.append(acc)
-        acc *= max(n, 1)
-    return tuple(reversed(stride))
-
-
 def _true_strides(true) -> list:
     strides, acc = [], 1
     for n in reversed(true):
@@ -506,7 +494,7 @@ def _write_padded(value, shape, true):
         return value.reshape(1)
     position = jnp.arange(length, dtype=jnp.int64)
     index = 0
-    for d, (stride, padded_stride) in enumerate(zip(_true_strides(true), _dense_stride(shape))):
+    for d, (stride, padded_stride) in enumerate(zip(_true_strides(true), contiguous_stride(shape))):
         index = index + (position // stride) % true[d] * padded_stride
     return jnp.take(value.reshape(-1), index, mode="clip")
 

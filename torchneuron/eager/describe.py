@@ -73,6 +73,11 @@ def tensor_key(t: torch.Tensor, first: int, math_bits: bool) -> tuple:
 TRACED_OFFSET = -1  # a plan key's offset of a view not at its storage's start
 
 
+def is_tensor_entry(entry) -> bool:
+    """Whether a plan key entry is a tensor's (tensor_key's tuple)."""
+    return type(entry) is tuple and len(entry) == 7 and type(entry[0]) is torch.Size
+
+
 def shared_offsets(tensors) -> tuple:
     """The key entry of a call whose tensors share a storage: every neuron tensor's offset."""
     return ("offsets", tuple(t.storage_offset() for t in tensors))

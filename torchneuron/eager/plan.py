@@ -18,7 +18,7 @@ from ..runtime import device_asserts, executables
 from ..runtime.dtypes import scalar_type_name
 from ..runtime.layout import Layout, contiguous_stride
 from . import overlap
-from .describe import TRACED_OFFSET, CallDescription, key_of
+from .describe import TRACED_OFFSET, CallDescription, is_tensor_entry, key_of
 from .execute import PlanExecution, Slot
 from .schema import Kind, OpSchema
 
@@ -50,10 +50,6 @@ def _program(identity, make) -> executables.Function:
 def _canonical(lay: Layout) -> Layout:
     """The layout with size-1 dimensions' strides as 0 (no element address depends on them)."""
     return lay._replace(stride=tuple(0 if n == 1 else s for n, s in zip(lay.shape, lay.stride)))
-
-
-def _is_tensor_entry(entry) -> bool:
-    return type(entry) is tuple and len(entry) == 7 and type(entry[0]) is torch.Size
 
 
 def _group_of(desc: CallDescription) -> list[int]:
@@ -173,7 +169,7 @@ class Plan(PlanExecution):
             layouts[i] = layouts[i]._replace(stride=TRACED_OFFSET)
         key, i = [], 0
         for e in key_of(schema, desc):
-            if _is_tensor_entry(e):
+            if is_tensor_entry(e):
                 stride = TRACED_OFFSET if i in self.traced_strides else _canonical(Layout(e[0], e[1], 0)).stride
                 key.append((e[0], stride, *e[2:]))
                 i += 1

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from ..runtime.dtypes import to_jax
+from ..runtime.layout import contiguous_stride
 from . import aten
 from . import lowers as _lowers
 
@@ -163,7 +164,7 @@ def _storage_of(value, layout, reach):
     least. Positions no element covers hold zeros (the graph never reads them: as_strided views of
     a tensor stay within it)."""
     stride, offset = layout if layout is not None else (None, 0)
-    if stride is None or tuple(stride) == _dense(value.shape):
+    if stride is None or tuple(stride) == contiguous_stride(value.shape):
         flat = value.reshape(-1)
         if offset == 0 and flat.shape[0] >= reach:
             return flat
@@ -171,14 +172,6 @@ def _storage_of(value, layout, reach):
     places = _positions(value.shape, stride, offset).reshape(-1)
     extent = offset + sum((n - 1) * s for n, s in zip(value.shape, stride)) + 1 if value.size else 0
     return jnp.zeros((max(reach, extent),), value.dtype).at[places].set(value.reshape(-1))
-
-
-def _dense(shape):
-    stride, acc = [], 1
-    for n in reversed(shape):
-        stride.append(acc)
-        acc *= max(n, 1)
-    return tuple(reversed(stride))
 
 
 def _reach(size, stride, offset):
