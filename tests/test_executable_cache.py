@@ -121,6 +121,36 @@ def test_a_second_process_finds_the_first_ones_executables(tmp_path):
         torch.testing.assert_close(torch.tensor(run["compiled"]), torch.tanh(x @ x.T).sum(1))
 
 
+_LINALG_PROGRAM = """
+    import json, torch, torchneuron
+    torch.manual_seed(0)
+    a = torch.randn(4, 4)
+    spd = a @ a.T + 4 * torch.eye(4)
+    x = spd.to("neuron")
+    results = {"cholesky": torch.linalg.cholesky(x), "solve": torch.linalg.solve(x, x[:, :2]),
+               "eigvalsh": torch.linalg.eigvalsh(x), "det": torch.linalg.det(x)}
+    print(json.dumps({"untraced": torchneuron.cache_stats()["untraced_loads"],
+                      **{k: v.cpu().tolist() for k, v in results.items()}}))
+"""
+
+
+def test_a_second_process_runs_linalg_programs_loaded_untraced(tmp_path):
+    # LAPACK-backed programs loaded by name must not find the LAPACK routines unset (a SIGSEGV)
+    runs = [_run(_LINALG_PROGRAM, TORCHNEURON_CACHE_DIR=str(tmp_path)) for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-3000:]
+    cold, warm = (_last_json(run.stdout) for run in runs)
+    assert cold["untraced"] == 0 and warm["untraced"] > 0
+    torch.manual_seed(0)
+    a = torch.randn(4, 4)
+    spd = a @ a.T + 4 * torch.eye(4)
+    expected = {"cholesky": torch.linalg.cholesky(spd), "solve": torch.linalg.solve(spd, spd[:, :2]),
+                "eigvalsh": torch.linalg.eigvalsh(spd), "det": torch.linalg.det(spd)}
+    for run in (cold, warm):
+        for name, value in expected.items():
+            torch.testing.assert_close(torch.tensor(run[name]), value, rtol=1e-4, atol=1e-4, msg=name)
+
+
 def test_concurrent_processes_share_one_cache_directory(tmp_path):
     env = {**os.environ, "PYTHONPATH": ROOT, "TORCHNEURON_CACHE_DIR": str(tmp_path)}
     procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(_PROGRAM)], stdout=subprocess.PIPE,

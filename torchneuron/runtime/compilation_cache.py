@@ -178,6 +178,18 @@ def _device_of(args):
     return devices.pop() if len(devices) == 1 else None
 
 
+# XLA:CPU's LAPACK kernels (linalg ops) look their routines up when a program using them is first
+# lowered in the process; a program loaded untraced must have them looked up first, or its first call
+# jumps through an empty pointer and the process dies (SIGSEGV).
+_LAPACK_TARGET = b"lapack_"
+
+
+def _initialize_lapack() -> None:
+    from jax._src.lib import lapack  # (once per process: ~0.2 s, so only for programs that need it)
+
+    lapack._lapack.initialize()
+
+
 def load(key: str, args):
     """The compiled executable stored under `key`, loaded onto the device of `args`, or None
     (absent, unreadable or stale)."""
@@ -186,6 +198,8 @@ def load(key: str, args):
         blob = store.get(key) if store is not None else None
         if blob is None:
             return None
+        if _LAPACK_TARGET in blob:
+            _initialize_lapack()
         return deserialize_and_load(*pickle.loads(blob), execution_devices=[_device_of(args)])
     except Exception:  # noqa: BLE001  (a torn or foreign entry: compile instead; the next store replaces it)
         return None
