@@ -53,6 +53,8 @@ CASES = {
     "one_kv_head": ({"kv_heads": 1}, {}),
     "scale": ({}, {"scale": 0.3}),
     "same_len_causal": ({"q_len": 6, "kv_len": 6}, {"is_causal": True}),
+    # 2 * 4 * 64 * 128 scores: XLA:CPU runs this one (batch, head) pair at a time (attention._per_head)
+    "large_gqa_causal": ({"kv_heads": 2, "q_len": 64, "kv_len": 128}, {"is_causal": True, "enable_gqa": True}),
 }
 
 
