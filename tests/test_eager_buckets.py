@@ -97,6 +97,16 @@ def test_a_dynamic_kv_cache_attention_runs_bucketed_equal_to_cpu():
     assert _misses() - before <= 40  # (at exact sizes: 120)
 
 
+def test_two_streams_padding_to_the_same_sizes_along_different_axes_stay_exact():
+    # one family (sum over dim 1 of a 2-D float tensor) grows first along dim 0, then along dim 1:
+    # both reach the padded sizes (16, 16), each with its own axes padded
+    before = torchneuron.eager_stats()["bucketed_calls"]
+    for shape in [(9, 16), (10, 16), (11, 16), (16, 9), (16, 10), (16, 11), (16, 12)]:
+        x = torch.randn(shape)
+        torch.testing.assert_close(x.to("neuron").sum(1).cpu(), x.sum(1), msg=str(shape))
+    assert torchneuron.eager_stats()["bucketed_calls"] - before >= 2
+
+
 def test_an_op_without_a_safe_padding_runs_at_exact_sizes():
     """cumsum has no padding rule; isin must not pad its test elements: both stay exact."""
     refused = buckets.STATS["refused"]

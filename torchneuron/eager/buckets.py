@@ -198,7 +198,8 @@ def run(schema: OpSchema, args, kwargs, desc: CallDescription):
         varying.append(stream.mask[k:k + r])
         k += r
     statics = tuple(None if any(v) else (t.stride(), t.storage_offset()) for t, v in zip(desc.tensors, varying))
-    key = (family_key, padded, statics, tuple(desc.scalars) if _static_scalars(schema) else None)
+    # (the mask too: two streams of a family can pad to the same sizes along different axes)
+    key = (family_key, padded, stream.mask, statics, tuple(desc.scalars) if _static_scalars(schema) else None)
     plan = PLANS.get(key, _MISSING)
     if plan is _MISSING:
         plan = _build(schema, args, kwargs, desc, shapes, varying)
