@@ -13,7 +13,7 @@ from torchneuron.eager import buckets
 
 @pytest.fixture(autouse=True)
 def eager_buckets(monkeypatch):
-    monkeypatch.setattr(buckets, "ENABLED", True)  # (opt-in: TORCHNEURON_EAGER_BUCKETS=1)
+    monkeypatch.setattr(buckets, "ENABLED", True)  # (whatever TORCHNEURON_EAGER_BUCKETS says)
 
 
 def _misses() -> int:

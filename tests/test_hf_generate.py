@@ -24,7 +24,7 @@ def _model(kind: str):
 
 @pytest.mark.parametrize("kind", ["llama", "gpt2"])
 def test_generate_64_tokens_with_the_default_cache_equals_cpu(kind, monkeypatch):
-    monkeypatch.setattr(buckets, "ENABLED", True)  # (opt-in: TORCHNEURON_EAGER_BUCKETS=1)
+    monkeypatch.setattr(buckets, "ENABLED", True)  # (whatever TORCHNEURON_EAGER_BUCKETS says)
     model = _model(kind)
     compiles = torchneuron.cache_stats()["misses"]
     prompt = torch.randint(0, 256, (2, 6), generator=torch.Generator().manual_seed(1))

@@ -23,8 +23,8 @@ ENVIRONMENT = {
                          "runs them as fused segments when a value is needed",
     "TORCHNEURON_BUCKETS": "'0' compiles dynamic graphs at exact sizes; default '1' rounds dynamic sizes "
                            "up to power-of-two buckets",
-    "TORCHNEURON_EAGER_BUCKETS": "'1' runs an eager op whose calls grow along one size at that size's "
-                                 "bucket; default '0' runs every eager op at its exact sizes",
+    "TORCHNEURON_EAGER_BUCKETS": "default '1' runs an eager op whose calls grow along one size at that "
+                                 "size's bucket; '0' runs every eager op at its exact sizes",
     "TORCHNEURON_MIN_BUCKET": "smallest shape bucket of a dynamic size; default 8",
     "TORCHNEURON_LAUNCH_BLOCKING": "'1' raises a device-side assert (an index out of bounds) at the op "
                                    "itself, as CUDA_LAUNCH_BLOCKING; default '0' raises it at the next "
@@ -74,7 +74,7 @@ CACHE_DIR = _cache_dir()
 CACHE_LIMIT = _bytes(os.environ.get("TORCHNEURON_CACHE_LIMIT", "2G"))
 LOG = frozenset(topic.strip() for topic in os.environ.get("TORCHNEURON_LOG", "").split(",") if topic.strip())
 BUCKETS = os.environ.get("TORCHNEURON_BUCKETS", "1") != "0"
-EAGER_BUCKETS = os.environ.get("TORCHNEURON_EAGER_BUCKETS", "0") == "1"
+EAGER_BUCKETS = os.environ.get("TORCHNEURON_EAGER_BUCKETS", "1") != "0"
 MIN_BUCKET = int(os.environ.get("TORCHNEURON_MIN_BUCKET", "8"))
 LAUNCH_BLOCKING = os.environ.get("TORCHNEURON_LAUNCH_BLOCKING", "0") == "1"
 DEVICE_ASSERTS = os.environ.get("TORCHNEURON_DEVICE_ASSERTS", "1") != "0"

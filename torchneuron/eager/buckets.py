@@ -21,7 +21,7 @@ calls differ only by one growing size runs padded to that size's bucket (`paddin
 
 Only functional calls are bucketed (fresh results, no out= or in-place writes, no random draws,
 no device-side checks, no storage shared between arguments), and never while fused eager records
-or a graph captures. Opt-in for now (`TORCHNEURON_EAGER_BUCKETS=1`): docs/SHAPES.md says why.
+or a graph captures. On by default; `TORCHNEURON_EAGER_BUCKETS=0` turns it off.
 """
 from __future__ import annotations
 
