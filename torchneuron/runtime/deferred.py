@@ -33,6 +33,7 @@ import numpy as np
 
 from .. import config
 from . import executables
+from .dtypes import PYTHON_SCALAR_TYPES
 
 # A bounded segment: a longer one is flushed (what a pending segment holds alive stays bounded,
 # and its program compiles in bounded time).
@@ -74,7 +75,7 @@ class Segment:
         self.device = None  # the NeuronCore its plans run on
         self.nodes: list = []  # (function, input refs): with the live outputs, the cache key
         self.inputs: list = []  # concrete arrays and host scalars the segment reads
-        self.input_index: dict[int, int] = {}  # id(input) -> its position (one input per array)
+        self.input_index: dict = {}  # id(input), or a host scalar's (dtype, bytes) -> its position
         self.outputs: list = []  # per node: its Pending outputs
 
 
@@ -157,6 +158,9 @@ def _out_avals(function, signature: tuple) -> list:
     return found
 
 
+_HOST_SCALARS = frozenset(PYTHON_SCALAR_TYPES.values())
+
+
 def record(function, flat, device_index: int, rng_at: int = -1) -> list:
     """Record a call of `function` (an executables.Function) on `flat`, on NeuronCore
     `device_index`, in the current segment; returns its outputs as Pending values. `rng_at`: where
@@ -181,9 +185,12 @@ def record(function, flat, device_index: int, rng_at: int = -1) -> list:
                 a = concrete(a)  # (computed already: its array)
             elif not hasattr(a, "dtype"):
                 a = np.asarray(a)
-            k = input_index.get(id(a))
+            # a Python number is a new numpy scalar per call: equal ones (bit for bit) are one input
+            # of the segment (`x * 1.001 + 0.001` in a loop: two inputs, not two per step)
+            ident = (a.dtype, a.tobytes()) if type(a) in _HOST_SCALARS else id(a)
+            k = input_index.get(ident)
             if k is None:
-                k = input_index[id(a)] = len(segment.inputs)
+                k = input_index[ident] = len(segment.inputs)
                 segment.inputs.append(a)
                 if recording is not None:
                     random = 0 <= rng_at <= position < rng_at + 2
