@@ -28,7 +28,7 @@ _KV_HEADS = {"num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_g
 _HEAD_DIMS = {"head_dim", "d_head", "attention_head_size", "kv_channels", "v_head_dim", "head_size", "attention_head_dim"}
 _EXPERTS = {"num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_experts_total"}
 _TOP_K = {"num_experts_per_tok", "top_k", "moe_topk", "num_experts_per_token", "moe_k", "num_selected_experts"}
-_GROUPS = {"n_group", "topk_group", "num_expert_groups", "moe_num_groups"}
+_GROUPS = {"n_group", "topk_group", "num_expert_groups", "moe_num_groups", "num_expert_group"}
 _VOCAB = {"vocab_size", "text_vocab_size"}
 _SMALL_DIMS = {"q_lora_rank": 32, "kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8,
                "index_head_dim": 16, "index_n_heads": 2, "mamba_d_head": 16, "mamba_n_heads": 8,
@@ -39,6 +39,9 @@ _SMALL_DIMS = {"q_lora_rank": 32, "kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk
                "num_memory_tokens": 0, "rotary_dim": HEAD_DIM, "num_latents": 16}
 _LAYER_LISTS = ("layer_types", "layers_block_type", "block_types", "hybrid_override_pattern", "attn_type_list",
                 "mlp_layer_types", "layer_type")
+# Mamba-2 blocks: (heads, head dim) pairs whose product must be the inner width, expand * hidden.
+_MAMBA_HEADS = (("mamba_n_heads", "mamba_d_head"), ("n_mamba_heads", "mamba_headdim"), ("num_heads", "head_dim"))
+_MAMBA_GROUPS = ("n_groups", "mamba_n_groups", "mamba_ngroups")
 _LAYER_COUNT = re.compile(r"^num_\w*attends_per_block$")  # num_self_attends_per_block (Perceiver)
 _HEAD_COUNT = re.compile(r"^num_\w*_heads$")  # num_cross_attention_heads and kin
 _IMAGE_SIZES = {"image_size", "img_size", "input_size", "crop_size"}
@@ -47,6 +50,10 @@ _WIDTH_LIST = re.compile(r"(hidden_sizes|embed_dims?|conv_dim|_channels|hidden_d
 _DEPTH_LIST = re.compile(r"depths?$")
 _INTERMEDIATE = re.compile(r"(intermediate|ffn|inner|d_ff|mlp_dim|mlp_hidden|moe_dim|expert_dim|ff_dim)")
 _SIZE = re.compile(r"(_size|_dim|_width|_channels)$")
+
+# Qwen4-Exp's indexed-attention layers need their token-selection indexer, which its defaults leave unset.
+_QWEN4_INDEXER = {"indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": HEAD_DIM, "indexer_budget": 8,
+                  "indexer_compress_ratio": 4}
 
 # Architectures whose default config needs more than the generic rules.
 OVERRIDES: dict[str, dict] = {
@@ -65,6 +72,24 @@ OVERRIDES: dict[str, dict] = {
     "efficientnet": {"width_coefficient": 1.0, "hidden_dim": 1280},  # hidden_dim is the top conv's width
     "layoutlmv3": {"coordinate_size": 10, "shape_size": 12},  # 4 coordinates and 2 shapes fill hidden_size
     "perceiver": {"max_position_embeddings": 8},  # its masked-LM decoder emits one row per position
+    # Zamba ties every hybrid layer's shared block to the first one's, which fails with a single one.
+    "zamba": {"layers_block_type": ["linear_attention", "hybrid", "hybrid"], "num_hidden_layers": 3},
+    # DbrxAttention reads rope_theta, no longer an attention-config field, and clamps by clip_qkv, which
+    # must be set (DBRX checkpoints set 8).
+    "dbrx": {"attn_config": {"rope_theta": 10000.0, "clip_qkv": 8.0}},
+    # Per-layer-type rope tables: the default is empty and the rotary embedding looks up each type.
+    "cohere_compass_text": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
+    # Chunks shorter than the sequence take a recurrent path that writes states in place, which backward
+    # cannot go through: keep the default chunk (one padded chunk). Its config rounds the query-key width
+    # up to a multiple of 64 and its model does not: keep that width one.
+    "lfm2_moe": {"layer_types": ["conv", "full_attention"]},  # unset by default; the model indexes it
+    "qwen4_exp_text": _QWEN4_INDEXER,
+    "qwen4_exp": {"text_config": _QWEN4_INDEXER},
+    # MusicGen's generate starts every codebook from decoder_start_token_id, set in the checkpoints'
+    # generation configs to the bos id (the full vocabulary's size, remapped to the top of the small one).
+    "musicgen": {"decoder": {"decoder_start_token_id": VOCAB - 1}},
+    "musicgen_melody": {"decoder": {"decoder_start_token_id": VOCAB - 1}},
+    "xlstm": {"hidden_size": 128, "embedding_dim": 128, "num_blocks": 2, "chunk_size": 64},
 }
 
 
@@ -87,7 +112,7 @@ def shrink_dict(d: dict) -> dict:
     out = dict(d)
     vocab = min(d.get("vocab_size") or VOCAB, VOCAB)
     for key, value in d.items():
-        if isinstance(value, dict) and ("model_type" in value or key.endswith("config")):
+        if _is_config(key, value):
             out[key] = shrink_dict(value)
         elif key == "head_dim" and value is None:
             out[key] = HEAD_DIM  # derived in the model as hidden // heads; some models need it set
@@ -108,10 +133,78 @@ def shrink_dict(d: dict) -> dict:
             out[key] = _token_id(value, vocab)
         elif key in ("out_features", "out_indices"):
             del out[key]  # backbones default to their last stage, which the shrunk depths moved
+    _unset_moe_sizes(d, out)
     _keep_layer_kinds(out)
+    _keep_attention_layer(out)
+    _layer_ids(out)
     _trim_per_layer(d, out)
     _derived_head_dims(d, out)
+    _mamba_heads(out)
     return out
+
+
+def _unset_moe_sizes(d: dict, out: dict) -> None:
+    """Mixture-of-experts configs whose defaults leave the expert count or top-k unset (DeepSeek V2,
+    dots1: their checkpoints set them) get the shrunk sizes; the model cannot route without them."""
+    moe = any(isinstance(d.get(k), int) for k in _EXPERTS | _TOP_K) or isinstance(d.get("moe_intermediate_size"), int)
+    if not moe:
+        return
+    for key in _EXPERTS | _TOP_K | {"n_shared_experts"}:
+        if key in d and d[key] is None:
+            out[key] = 4 if key in _EXPERTS else 2 if key in _TOP_K else 1
+
+
+def _keep_attention_layer(d: dict) -> None:
+    """Hybrid models (Mamba or linear attention plus attention: Bamba, Jamba, Granite hybrid) need at
+    least one attention layer in the shrunk layer count: transformers asks the cache for the sequence
+    length through an attention layer. Their defaults place attention past the first layers (Jamba's
+    period 8, offset 4) or nowhere (the checkpoints list it): the last layer becomes attention."""
+    layers_key = next((k for k in _LAYERS if k in d), None)
+    if layers_key is None or not isinstance(d[layers_key], int) or not isinstance(d.get("num_attention_heads"), int):
+        return  # no attention in the model (Mamba, RWKV)
+    layers = d[layers_key]
+    if "attn_layer_indices" in d and not any(i < layers for i in d["attn_layer_indices"] or ()):
+        d["attn_layer_indices"] = [layers - 1]
+    for key in [k for k in d if k.endswith("_layer_period")]:
+        offset = key.replace("_period", "_offset")
+        if isinstance(d[key], int) and isinstance(d.get(offset), int) and d[key] > layers:
+            d[key] = layers  # every kind of layer repeating with this period still appears
+            d[offset] %= layers
+    for key in _LAYER_LISTS:
+        if isinstance(d.get(key), list) and d[key] and set(d[key]) == {"linear_attention"}:
+            d[key] = d[key][:-1] + ["full_attention"]
+
+
+def _layer_ids(d: dict) -> None:
+    """Index lists named for a layer kind (Zamba2's hybrid_layer_ids) follow the shrunk pattern."""
+    for key in [k for k in d if k.endswith("_layer_ids")]:
+        kind = key[: -len("_layer_ids")]
+        pattern = next((d[k] for k in _LAYER_LISTS if isinstance(d.get(k), list) and kind in d[k]), None)
+        if pattern is not None:
+            d[key] = [i for i, t in enumerate(pattern) if t == kind]
+
+
+def _mamba_heads(d: dict) -> None:
+    """Mamba-2 heads times head dim must equal the inner width (expand * hidden, or mamba_d_ssm where
+    set) and the heads split evenly into groups; the rules shrink those sizes independently."""
+    expand = next((d[k] for k in ("mamba_expand", "expand") if isinstance(d.get(k), int)), None)
+    hidden = d.get("hidden_size")
+    if expand is None or not isinstance(hidden, int):
+        return
+    if isinstance(d.get("mamba_d_ssm"), int):
+        d["mamba_d_ssm"] = expand * hidden
+    for heads, head_dim in _MAMBA_HEADS:
+        if isinstance(d.get(heads), int) and isinstance(d.get(head_dim), int):
+            d[head_dim] = expand * hidden // d[heads]
+            for groups in _MAMBA_GROUPS:
+                if isinstance(d.get(groups), int) and d[heads] % d[groups]:
+                    d[groups] = 1
+            return
+
+
+def _is_config(key: str, value) -> bool:
+    """A nested config's dict (text_config, MusicGen's decoder)."""
+    return isinstance(value, dict) and ("model_type" in value or key.endswith("config"))
 
 
 def _mrope(sections: list) -> list:
@@ -221,7 +314,9 @@ def _keep_layer_kinds(d: dict) -> None:
 def shrink(config_class, model_type: str):
     """A tiny instance of `config_class` (its defaults shrunk, then the per-model overrides)."""
     d = shrink_dict(config_class().to_dict())
-    d.update(OVERRIDES.get(model_type, {}))
+    for key, value in OVERRIDES.get(model_type, {}).items():
+        nested = isinstance(value, dict) and _is_config(key, d.get(key))
+        d[key] = {**d[key], **value} if nested else value  # a nested config's overrides add to it
     for key in ("architectures", "_name_or_path", "transformers_version", "auto_map", "quantization_config"):
         d.pop(key, None)
     config = config_class.from_dict(d)

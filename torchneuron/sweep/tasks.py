@@ -37,7 +37,13 @@ def _ids(model, shape: tuple, g: torch.Generator) -> torch.Tensor:
 
 
 def text_inputs(model) -> dict:
-    """Token ids that are also the labels (causal and masked LM; seq2seq decodes the same ids)."""
+    """Token ids that are also the labels (causal and masked LM; seq2seq decodes the same ids).
+    Multi-codebook decoders (MusicGen) take one row per codebook and labels codebook-last."""
+    codebooks = getattr(model.config, "num_codebooks", None)
+    if isinstance(codebooks, int) and model.main_input_name == "input_ids":
+        ids = _ids(model, (BATCH * codebooks, SEQ), _generator())
+        labels = ids.view(BATCH, codebooks, SEQ).transpose(1, 2).contiguous()
+        return {"input_ids": ids, "attention_mask": torch.ones(BATCH, SEQ, dtype=torch.long), "labels": labels}
     ids = _ids(model, (BATCH, SEQ), _generator())
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
 

@@ -59,9 +59,24 @@ def build(model_type: str, task: Task):
     if task.configure is not None:
         task.configure(config)
     torch.manual_seed(0)
-    model = getattr(transformers, task.auto_class).from_config(config, dtype=torch.float32)
+    auto = getattr(transformers, task.auto_class)
+    model_class = auto._model_mapping[type(config)]
+    sub = _sub_config(config, model_class.config_class)
+    if sub is not None:  # MusicGen's causal LM is its decoder, built from the decoder's sub-config
+        model = model_class._from_config(sub, dtype=torch.float32)
+    else:
+        model = auto.from_config(config, dtype=torch.float32)
     _break_ties(model)
     return model.eval()  # no dropout: CPU and neuron draw different random numbers
+
+
+def _sub_config(config, config_class):
+    """The sub-config of class `config_class` where the task's model class takes one of the composite
+    config's parts; None where it takes the whole config."""
+    if isinstance(config, config_class):
+        return None
+    return next((getattr(config, k) for k in getattr(config, "sub_configs", {})
+                 if isinstance(getattr(config, k, None), config_class)), None)
 
 
 @torch.no_grad()
@@ -90,8 +105,10 @@ def _generate(model, batch: dict) -> list:
     pad = model.generation_config.pad_token_id
     eos = model.generation_config.eos_token_id
     prompt = {k: v for k, v in batch.items() if k != "labels"}
+    # num_return_sequences is the default, 1; MusicGen's own generate reads it unset otherwise.
     out = model.generate(**prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
-                         pad_token_id=pad if pad is not None else (eos if isinstance(eos, int) else 0))
+                         pad_token_id=pad if pad is not None else (eos if isinstance(eos, int) else 0),
+                         num_return_sequences=1)
     return out.cpu().tolist()
 
 
