@@ -59,7 +59,12 @@ _QWEN4_INDEXER = {"indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim
 OVERRIDES: dict[str, dict] = {
     "reformer": {"axial_pos_shape": [8, 16], "axial_pos_embds_dim": [32, 32], "attn_layers": ["local", "lsh"],
                  "local_attn_chunk_length": 8, "lsh_attn_chunk_length": 8, "max_position_embeddings": 128,
-                 "is_decoder": True},
+                 "is_decoder": True,
+                 # It runs in train mode (see the worker's TRAIN_MODE): no dropout, hashing with a fixed seed,
+                 # and plain position embeddings (train mode wants axial ones to cover exactly the sequence,
+                 # which generate then outgrows).
+                 "hidden_dropout_prob": 0.0, "local_attention_probs_dropout_prob": 0.0, "hash_seed": 0,
+                 "axial_pos_embds": False, "num_buckets": 2},  # set from the first sequence in eval mode only
     "xlnet": {"mem_len": 8},
     "rwkv": {"context_length": POSITIONS, "attention_hidden_size": HIDDEN},
     "longcat_flash": {"num_layers": 1},
@@ -89,6 +94,9 @@ OVERRIDES: dict[str, dict] = {
     # generation configs to the bos id (the full vocabulary's size, remapped to the top of the small one).
     "musicgen": {"decoder": {"decoder_start_token_id": VOCAB - 1}},
     "musicgen_melody": {"decoder": {"decoder_start_token_id": VOCAB - 1}},
+    # Its config turns num_hidden_layers into the per-stack count times the cycles (one cache slot per
+    # attention call); unset, the per-stack count is derived again from the shrunk layer count.
+    "hrm_text": {"num_layers_per_stack": None},
     "xlstm": {"hidden_size": 128, "embedding_dim": 128, "num_blocks": 2, "chunk_size": 64},
 }
 

@@ -18,6 +18,8 @@ BATCH, SEQ = 2, 8
 AUDIO_SAMPLES = 8000  # raw waveform length: 25 frames after wav2vec2's 320x convolutional downsampling
 AUDIO_FRAMES = 64  # feature frames where the config does not fix the length
 CTC_LABELS = 4
+# Text models that caption an image: their language-model loss skips the image positions, so it needs one.
+CAPTIONERS = {"git"}
 
 
 def _generator() -> torch.Generator:
@@ -44,8 +46,12 @@ def text_inputs(model) -> dict:
         ids = _ids(model, (BATCH * codebooks, SEQ), _generator())
         labels = ids.view(BATCH, codebooks, SEQ).transpose(1, 2).contiguous()
         return {"input_ids": ids, "attention_mask": torch.ones(BATCH, SEQ, dtype=torch.long), "labels": labels}
-    ids = _ids(model, (BATCH, SEQ), _generator())
-    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
+    g = _generator()
+    ids = _ids(model, (BATCH, SEQ), g)
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
+    if model.config.model_type in CAPTIONERS:
+        batch["pixel_values"] = pixel_values(model.config, g)
+    return batch
 
 
 def _num_labels(model) -> int:

@@ -24,6 +24,10 @@ LOSS_RTOL = 1e-3
 GRAD_TOL = 2e-2  # relative to the gradient's largest magnitude: sums of many products drift
 GRAD_ATOL = 1e-6  # gradients that are zero in exact arithmetic (a key bias) are pure rounding noise
 GRAD_PARAMS = 4
+# Models that run forward and backward in train mode (their configs zero the dropout in shrink's OVERRIDES):
+# Reformer's reversible layers recompute activations in backward and allow that only in train mode; RWKV
+# in eval mode carries its recurrent state forward in place, which backward cannot go through.
+TRAIN_MODE = {"reformer", "rwkv"}
 
 
 def _reason(exc: BaseException) -> str:
@@ -67,6 +71,8 @@ def build(model_type: str, task: Task):
     else:
         model = auto.from_config(config, dtype=torch.float32)
     _break_ties(model)
+    if model_type in TRAIN_MODE:
+        return model.train()
     return model.eval()  # no dropout: CPU and neuron draw different random numbers
 
 
@@ -105,6 +111,7 @@ def _generate(model, batch: dict) -> list:
     pad = model.generation_config.pad_token_id
     eos = model.generation_config.eos_token_id
     prompt = {k: v for k, v in batch.items() if k != "labels"}
+    model.eval()  # TRAIN_MODE models too: generation is inference (Reformer caches only in eval mode)
     # num_return_sequences is the default, 1; MusicGen's own generate reads it unset otherwise.
     out = model.generate(**prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
                          pad_token_id=pad if pad is not None else (eos if isinstance(eos, int) else 0),
