@@ -97,6 +97,8 @@ OVERRIDES: dict[str, dict] = {
     # Its config turns num_hidden_layers into the per-stack count times the cycles (one cache slot per
     # attention call); unset, the per-stack count is derived again from the shrunk layer count.
     "hrm_text": {"num_layers_per_stack": None},
+    # BLT builds its cache from the top config, which has no num_hidden_layers (its parts do): no cache.
+    "blt": {"use_cache": False},
     "xlstm": {"hidden_size": 128, "embedding_dim": 128, "num_blocks": 2, "chunk_size": 64},
 }
 
@@ -115,13 +117,17 @@ def _token_id(value, vocab: int):
     return value
 
 
-def shrink_dict(d: dict) -> dict:
-    """The shrunk copy of a config dict (to_dict() form); nested config dicts recurse."""
+def shrink_dict(d: dict, widths: frozenset = frozenset()) -> dict:
+    """The shrunk copy of a config dict (to_dict() form); nested config dicts recurse. `widths` holds the
+    hidden sizes of the enclosing config's other parts: a nested width equal to one of them (a vision
+    adapter's output width, the text model's hidden size) follows it down to HIDDEN."""
     out = dict(d)
     vocab = min(d.get("vocab_size") or VOCAB, VOCAB)
+    parts = {k: v for k, v in d.items() if _is_config(k, v)}
+    hiddens = {v[k] for v in parts.values() for k in _HIDDEN if isinstance(v.get(k), int)}
     for key, value in d.items():
         if _is_config(key, value):
-            out[key] = shrink_dict(value)
+            out[key] = shrink_dict(value, frozenset(hiddens))
         elif key == "head_dim" and value is None:
             out[key] = HEAD_DIM  # derived in the model as hidden // heads; some models need it set
         elif key in _KV_HEADS and value is None and "num_attention_heads" in d:
@@ -135,7 +141,9 @@ def shrink_dict(d: dict) -> dict:
         elif isinstance(value, bool) or not isinstance(value, int):
             continue
         else:
-            out[key] = _shrink_int(key, value, d, vocab)
+            # Dots3's adapter_out_dim, BLT's hidden_size_global: widths that feed another part of the model.
+            sibling = "adapter" in key or key.startswith("hidden_size_")
+            out[key] = HIDDEN if sibling and value in widths else _shrink_int(key, value, d, vocab)
     for key, value in d.items():
         if key.endswith(("token_id", "token_ids", "token_index")):
             out[key] = _token_id(value, vocab)
@@ -144,6 +152,7 @@ def shrink_dict(d: dict) -> dict:
     _unset_moe_sizes(d, out)
     _keep_layer_kinds(out)
     _keep_attention_layer(out)
+    _kv_sharing(out)
     _layer_ids(out)
     _trim_per_layer(d, out)
     _derived_head_dims(d, out)
@@ -181,6 +190,19 @@ def _keep_attention_layer(d: dict) -> None:
     for key in _LAYER_LISTS:
         if isinstance(d.get(key), list) and d[key] and set(d[key]) == {"linear_attention"}:
             d[key] = d[key][:-1] + ["full_attention"]
+
+
+def _kv_sharing(d: dict) -> None:
+    """Models whose last num_kv_shared_layers layers reuse the keys and values of the last earlier layer
+    of their kind (Gemma 3n) need a producer of each kind before the consumers: the kinds twice over."""
+    layers_key = next((k for k in _LAYERS if k in d), None)
+    shared, pattern = d.get("num_kv_shared_layers"), d.get("layer_types")
+    if layers_key is None or not isinstance(shared, int) or shared <= 0 or not isinstance(pattern, list):
+        return
+    kinds = list(dict.fromkeys(pattern))
+    d["layer_types"] = kinds * 2
+    d[layers_key] = 2 * len(kinds)
+    d["num_kv_shared_layers"] = len(kinds)
 
 
 def _layer_ids(d: dict) -> None:
@@ -278,7 +300,7 @@ def _shrink_int(key: str, value: int, d: dict, vocab: int) -> int:
         return min(value, HEADS)
     if key in _HEAD_DIMS:
         return min(value, HEAD_DIM)
-    if key in _VOCAB or key.startswith("vocab_size"):
+    if key in _VOCAB or key.startswith("vocab_size") or key.endswith("_vocab"):  # BLT's hash n-gram vocab
         return vocab
     if key in _EXPERTS:
         return min(value, 4)
