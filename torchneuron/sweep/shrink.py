@@ -16,15 +16,17 @@ VOCAB = 128
 POSITIONS = 128
 IMAGE = 64
 
-_LAYERS = {"num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers", "encoder_layers",
-           "num_decoder_layers", "num_encoder_layers", "text_num_hidden_layers"}
-_HIDDEN = {"hidden_size", "n_embd", "d_model", "embed_dim", "n_embed", "dim", "model_dim", "word_embed_proj_dim",
+# Tuples, not sets: the rules take the first of these keys a config has (its layer count, its hidden size),
+# and a set's order changes with the interpreter's string hashing (MobileBERT shrank two ways).
+_LAYERS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers", "encoder_layers",
+           "num_decoder_layers", "num_encoder_layers", "text_num_hidden_layers")
+_HIDDEN = ("hidden_size", "n_embd", "d_model", "embed_dim", "n_embed", "dim", "model_dim", "word_embed_proj_dim",
            "embedding_size", "hidden_dim", "d_embed", "d_latents",
-           "out_hidden_size"}  # a vision tower's out_hidden_size is the text model's width
-_HEADS = {"num_attention_heads", "n_head", "num_heads", "n_heads", "decoder_attention_heads",
-          "encoder_attention_heads", "num_attention_heads_text"}
-_KV_HEADS = {"num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num", "n_head_kv",
-             "num_key_value_groups"}
+           "out_hidden_size")  # a vision tower's out_hidden_size is the text model's width
+_HEADS = ("num_attention_heads", "n_head", "num_heads", "n_heads", "decoder_attention_heads",
+          "encoder_attention_heads", "num_attention_heads_text")
+_KV_HEADS = ("num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num", "n_head_kv",
+             "num_key_value_groups")
 _HEAD_DIMS = {"head_dim", "d_head", "attention_head_size", "kv_channels", "v_head_dim", "head_size", "attention_head_dim"}
 _EXPERTS = {"num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_experts_total"}
 _TOP_K = {"num_experts_per_tok", "top_k", "moe_topk", "num_experts_per_token", "moe_k", "num_selected_experts"}
