@@ -78,9 +78,15 @@ def build(model_type: str, task: Task):
 
 def _sub_config(config, config_class):
     """The sub-config of class `config_class` where the task's model class takes one of the composite
-    config's parts; None where it takes the whole config."""
+    config's parts and transformers cannot pick it as the text config (MusicGen has two text parts, its
+    text encoder and its decoder); None where from_config builds the model from the whole config."""
     if isinstance(config, config_class):
         return None
+    try:
+        if isinstance(config.get_text_config(), config_class):
+            return None  # Llama 4, Qwen3.5: from_config takes the text config itself
+    except ValueError:
+        pass  # ambiguous: several text parts
     return next((getattr(config, k) for k in getattr(config, "sub_configs", {})
                  if isinstance(getattr(config, k, None), config_class)), None)
 
