@@ -40,9 +40,11 @@ def _ids(model, shape: tuple, g: torch.Generator) -> torch.Tensor:
 
 def text_inputs(model) -> dict:
     """Token ids that are also the labels (causal and masked LM; seq2seq decodes the same ids).
-    Multi-codebook decoders (MusicGen) take one row per codebook and labels codebook-last."""
-    codebooks = getattr(model.config, "num_codebooks", None)
-    if isinstance(codebooks, int) and model.main_input_name == "input_ids":
+    Decoders with one embedding per audio codebook (MusicGen) take one row per codebook and labels
+    codebook-last."""
+    embeddings = model.get_input_embeddings()
+    if isinstance(embeddings, torch.nn.ModuleList) and model.main_input_name == "input_ids":
+        codebooks = len(embeddings)
         ids = _ids(model, (BATCH * codebooks, SEQ), _generator())
         labels = ids.view(BATCH, codebooks, SEQ).transpose(1, 2).contiguous()
         return {"input_ids": ids, "attention_mask": torch.ones(BATCH, SEQ, dtype=torch.long), "labels": labels}
