@@ -1,5 +1,8 @@
 """The architecture sweep: small architectures of each task pass every stage that task runs."""
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -46,3 +49,100 @@ def test_sweep_task(tmp_path, task, name):
         assert results[0]["skipped"] == ["generate"]
         assert "| generate | skipped: not applicable" in md
         assert "pass forward and backward on neuron (100.0%)" in md
+
+
+def _shrunk(name: str):
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from torchneuron.sweep.shrink import shrink
+    return shrink(CONFIG_MAPPING[name], name)
+
+
+@pytest.mark.parametrize("name", ["bamba", "jamba", "granitemoehybrid"])
+def test_shrunk_hybrid_keeps_an_attention_layer(name):
+    # Their defaults put attention past the first two layers or nowhere; transformers then asks a cache
+    # of linear-attention layers only for the sequence length and fails.
+    config = _shrunk(name)
+    assert "full_attention" in config.layer_types and "linear_attention" in config.layer_types
+    assert len(config.layer_types) == config.num_hidden_layers
+
+
+def test_shrunk_jamba_keeps_experts_and_pure_mamba_stays_attention_free():
+    config = _shrunk("jamba")
+    assert max(config.layers_num_experts) > 1  # the periodic MoE layer is still there
+    assert set(_shrunk("mamba").layer_types) == {"linear_attention"}
+
+
+@pytest.mark.parametrize("name", ["mamba2", "falcon_h1", "zamba2"])
+def test_shrunk_mamba2_heads_fill_the_inner_width(name):
+    d = _shrunk(name).to_dict()
+    expand = d.get("mamba_expand", d.get("expand"))
+    heads, head_dim = next((d[h], d[k]) for h, k in (("mamba_n_heads", "mamba_d_head"), ("n_mamba_heads", "mamba_headdim"),
+                                                     ("num_heads", "head_dim")) if h in d)
+    assert heads * head_dim == expand * d["hidden_size"]
+    groups = next(d[k] for k in ("n_groups", "mamba_n_groups", "mamba_ngroups") if k in d)
+    assert heads % groups == 0
+
+
+def test_shrunk_moe_fills_unset_expert_counts():
+    assert _shrunk("deepseek_v2").num_experts_per_tok == 2
+    config = _shrunk("dots1")
+    assert (config.n_routed_experts, config.num_experts_per_tok, config.n_shared_experts) == (4, 2, 1)
+
+
+def test_shrunk_kv_sharing_has_a_producer_per_kind():
+    config = _shrunk("gemma3n_text")
+    first_consumer = config.num_hidden_layers - config.num_kv_shared_layers
+    assert 0 < first_consumer < config.num_hidden_layers
+    assert set(config.layer_types[:first_consumer]) == set(config.layer_types)
+    assert "reuse" in config.kv_sharing_modes  # raised before: a consumer kind without a producer
+
+
+def test_shrunk_layer_ids_follow_the_pattern():
+    config = _shrunk("zamba2")
+    assert config.hybrid_layer_ids == [i for i, t in enumerate(config.layers_block_type) if t == "hybrid"]
+    assert config.hybrid_layer_ids
+
+
+def test_shrunk_nested_widths_follow_the_part_they_feed():
+    config = _shrunk("dots3_note")  # its validator checks the vision adapter's output is the text width
+    assert config.vision_config.adapter_out_dim == config.text_config.hidden_size
+    blt = _shrunk("blt")
+    assert blt.encoder_config.hidden_size_global == blt.global_config.hidden_size
+    assert blt.encoder_hash_byte_group_vocab <= 128
+
+
+def test_nested_override_adds_to_the_shrunk_part():
+    config = _shrunk("dbrx")
+    assert config.attn_config.rope_theta == 10000.0 and config.attn_config.clip_qkv == 8.0
+    assert config.d_model == 64  # the rest of the shrunk config is kept
+
+
+def test_shrink_does_not_depend_on_string_hashing():
+    # MobileBERT has two hidden-size keys; the rules used to take whichever a set listed first.
+    code = ("from transformers import MobileBertConfig; from torchneuron.sweep.shrink import shrink; "
+            "c = shrink(MobileBertConfig, 'mobilebert'); print(c.true_hidden_size, c.intra_bottleneck_size)")
+    import torchneuron
+    root = os.path.dirname(os.path.dirname(torchneuron.__file__))  # this checkout's package in the child too
+    env = {**os.environ, "PYTHONPATH": root}
+    outs = {tuple(subprocess.run([sys.executable, "-c", code], env={**env, "PYTHONHASHSEED": seed},
+                                 capture_output=True, text=True, check=True).stdout.split()[-2:])
+            for seed in ("1", "3")}  # 3 picked the other width before
+    assert len(outs) == 1, outs
+
+
+def test_musicgen_builds_its_decoder_with_codebook_rows():
+    from torchneuron.sweep.worker import build
+    model = build("musicgen", TASKS["causal-lm"])
+    batch = TASKS["causal-lm"].inputs(model)
+    codebooks = model.config.num_codebooks
+    assert batch["input_ids"].shape == (2 * codebooks, 8) and batch["labels"].shape == (2, 8, codebooks)
+    assert model(**batch).loss.isfinite()
+
+
+def test_train_mode_models_and_captioners():
+    from torchneuron.sweep.worker import TRAIN_MODE, build
+    assert "rwkv" in TRAIN_MODE and build("rwkv", TASKS["causal-lm"]).training
+    assert not build("llama", TASKS["causal-lm"]).training
+    git = build("git", TASKS["causal-lm"])
+    assert "pixel_values" in TASKS["causal-lm"].inputs(git)  # GIT's LM loss skips the image positions
