@@ -63,10 +63,10 @@ OVERRIDES: dict[str, dict] = {
                  "local_attn_chunk_length": 8, "lsh_attn_chunk_length": 8, "max_position_embeddings": 128,
                  "is_decoder": True,
                  # It runs in train mode (see the worker's TRAIN_MODE): no dropout, hashing with a fixed seed,
-                 # and plain position embeddings (train mode wants axial ones to cover exactly the sequence,
-                 # which generate then outgrows).
+                 # plain position embeddings (train mode wants axial ones to cover exactly the sequence, which
+                 # generate then outgrows) and a bucket count (eval mode derives it from the first sequence).
                  "hidden_dropout_prob": 0.0, "local_attention_probs_dropout_prob": 0.0, "hash_seed": 0,
-                 "axial_pos_embds": False, "num_buckets": 2},  # set from the first sequence in eval mode only
+                 "axial_pos_embds": False, "num_buckets": 2},
     "xlnet": {"mem_len": 8},
     "rwkv": {"context_length": POSITIONS, "attention_hidden_size": HIDDEN},
     "longcat_flash": {"num_layers": 1},
@@ -86,9 +86,6 @@ OVERRIDES: dict[str, dict] = {
     "dbrx": {"attn_config": {"rope_theta": 10000.0, "clip_qkv": 8.0}},
     # Per-layer-type rope tables: the default is empty and the rotary embedding looks up each type.
     "cohere_compass_text": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
-    # Chunks shorter than the sequence take a recurrent path that writes states in place, which backward
-    # cannot go through: keep the default chunk (one padded chunk). Its config rounds the query-key width
-    # up to a multiple of 64 and its model does not: keep that width one.
     "lfm2_moe": {"layer_types": ["conv", "full_attention"]},  # unset by default; the model indexes it
     "qwen4_exp_text": _QWEN4_INDEXER,
     "qwen4_exp": {"text_config": _QWEN4_INDEXER},
@@ -101,6 +98,9 @@ OVERRIDES: dict[str, dict] = {
     "hrm_text": {"num_layers_per_stack": None},
     # BLT builds its cache from the top config, which has no num_hidden_layers (its parts do): no cache.
     "blt": {"use_cache": False},
+    # Chunks shorter than the sequence take a recurrent path that writes states in place, which backward
+    # cannot go through: keep the default chunk (one padded chunk). Its config rounds the query-key width
+    # up to a multiple of 64 and its model does not: keep that width one.
     "xlstm": {"hidden_size": 128, "embedding_dim": 128, "num_blocks": 2, "chunk_size": 64},
 }
 
