@@ -586,11 +586,41 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str = "graph")
         _stats["eager_graphs"] += 1
         log.warning("neuron compile: %s has ops without lowerings (%s); running it eagerly on neuron",
                     name, ", ".join(missing))
-        return gm
+        return _eager_graph(gm, example_inputs)
     compiled = CompiledGraph(gm, name)
 
     def run(*inputs):
         return compiled(*inputs)
+
+    return run
+
+
+def _traced_strides(example) -> tuple | None:
+    """The strides an input was traced with, where they are plain ints (None: not a tensor, or
+    symbolic)."""
+    if not isinstance(example, torch.Tensor):
+        return None
+    stride = tuple(example.stride())
+    return stride if all(type(s) is int for s in (*example.shape, *stride)) else None
+
+
+def _eager_graph(gm: torch.fx.GraphModule, example_inputs):
+    """The graph run as eager neuron ops, each tensor input laid out with the strides it was traced
+    with: a compiled forward hands its saved tensors over contiguous, and a `view` in the backward
+    that is valid for the traced strides (a transposed activation) is not for those."""
+    strides = [_traced_strides(x) for x in example_inputs or ()]
+    if not any(s is not None for s in strides):
+        return gm
+
+    def run(*inputs):
+        laid_out = []
+        for x, stride in zip(inputs, strides):
+            if stride is not None and isinstance(x, torch.Tensor) and tuple(x.stride()) != stride:
+                target = torch.empty_strided(x.shape, stride, dtype=x.dtype, device=x.device)
+                if torch._debug_has_internal_overlap(target) == 0:  # (an expanded layout cannot be written)
+                    x = target.copy_(x)
+            laid_out.append(x)
+        return gm(*laid_out, *inputs[len(laid_out):])
 
     return run
 
