@@ -86,9 +86,11 @@ class Plan(PlanExecution):
         # offsets are the program's arguments (the key does not hold them: describe.tensor_key).
         shared = {g for g in self.groups if self.groups.count(g) > 1}
         self.traced_offsets = [i for i, lay in enumerate(self.layouts) if lay.offset and self.groups[i] not in shared]
-        # Gapped views could be read through traced strides (plans for each stride sharing one
-        # program); off until a failure seen only in the full suite's order is understood.
-        self.traced_strides = []
+        # Gapped views (`ids[:, -1:]` of a growing batch: row stride n) in such storages: read and
+        # written by a gather over traced strides, so plans for each stride share one program (the
+        # key keeps the strides: PyTorch's result layouts can depend on them).
+        self.traced_strides = [i for i, lay in enumerate(self.layouts)
+                               if lay.numel > 1 and lay.dense_order() is None and self.groups[i] not in shared]
         self._arg_slots = _slots_per_arg(
             list(enumerate(args)) + [(schema.names.index(k), v) for k, v in kwargs.items()])
         self.dtypes = [t.dtype for t in tensors]
