@@ -38,7 +38,10 @@ _SMALL_DIMS = {"q_lora_rank": 32, "kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk
                "time_step_rank": 8, "linear_key_head_dim": 16, "linear_value_head_dim": 16,
                "linear_num_key_heads": 2, "linear_num_value_heads": 4, "n_shared_experts": 1,
                "num_shared_experts": 1, "attention_window": 8, "block_size": 8, "chunk_size": 8,
-               "num_memory_tokens": 0, "rotary_dim": HEAD_DIM, "num_latents": 16}
+               "num_memory_tokens": 0, "rotary_dim": HEAD_DIM, "num_latents": 16,
+               # Gemma 3 pools the vision patches to sqrt(mm_tokens_per_image) per side: a 2x2 grid still
+               # pools the shrunk image's few patches (a 16x16 grid would pool them with a zero stride).
+               "mm_tokens_per_image": 4}
 _LAYER_LISTS = ("layer_types", "layers_block_type", "block_types", "hybrid_override_pattern", "attn_type_list",
                 "mlp_layer_types", "layer_type")
 # Mamba-2 blocks: (heads, head dim) pairs whose product must be the inner width, expand * hidden.

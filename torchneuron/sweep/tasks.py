@@ -11,13 +11,16 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .shrink import IMAGE
+from .shrink import IMAGE, VOCAB
 
 STAGES = ("build", "cpu", "forward", "backward", "generate")
 BATCH, SEQ = 2, 8
 AUDIO_SAMPLES = 8000  # raw waveform length: 25 frames after wav2vec2's 320x convolutional downsampling
 AUDIO_FRAMES = 64  # feature frames where the config does not fix the length
 CTC_LABELS = 4
+# The image token of configs that leave it unset: above the sweep's text ids (3 to 99), below the ids
+# shrink remaps special tokens to (the top 8 of the small vocabulary).
+IMAGE_TOKEN = VOCAB - 9
 # Text models that caption an image: their language-model loss skips the image positions, so it needs one.
 CAPTIONERS = {"git"}
 
@@ -152,46 +155,130 @@ def _image_token_count(features) -> int:
     return rows // BATCH
 
 
-def _patch_grid(vision, g: torch.Generator) -> tuple[torch.Tensor, dict]:
-    """Qwen2-VL-style inputs: each image a 2x2 grid of merged patches, pixels flattened per patch."""
-    patch = vision.patch_size if isinstance(vision.patch_size, int) else vision.patch_size[0]
+def _patch_size(vision) -> int:
+    return vision.patch_size if isinstance(vision.patch_size, int) else vision.patch_size[0]
+
+
+def _channels(vision) -> int:
+    return getattr(vision, "in_channels", None) or getattr(vision, "num_channels", 3)
+
+
+def _patch_grid(vision, g: torch.Generator, key: str = "image_grid_thw") -> tuple[torch.Tensor, dict]:
+    """Qwen2-VL-style inputs: each image a 2x2 grid of merged patches, pixels flattened per patch, and
+    its grid as (frames, height, width), or (height, width) where the argument is `image_grid_hw`."""
+    patch = _patch_size(vision)
     merge = getattr(vision, "spatial_merge_size", 1)
     temporal = getattr(vision, "temporal_patch_size", 1)
     temporal = temporal if isinstance(temporal, int) else temporal[0]
-    channels = getattr(vision, "in_channels", None) or getattr(vision, "num_channels", 3)
     side = 2 * merge
-    pixels = torch.randn(BATCH * side * side, channels * temporal * patch * patch, generator=g)
-    return pixels, {"image_grid_thw": torch.tensor([[1, side, side]] * BATCH)}
+    pixels = torch.randn(BATCH * side * side, _channels(vision) * temporal * patch * patch, generator=g)
+    grid = [1, side, side] if key == "image_grid_thw" else [side, side]
+    return pixels, {key: torch.tensor([grid] * BATCH)}
+
+
+def _patch_list(vision, g: torch.Generator) -> tuple[torch.Tensor, dict]:
+    """SigLIP2-style (NaFlex) inputs: each image a row of flattened patches, its patch grid's shape, and
+    a mask over the row (no padding: every image is the full square)."""
+    patch = _patch_size(vision)
+    side = _side(getattr(vision, "image_size", IMAGE))[0] // patch
+    pixels = torch.randn(BATCH, side * side, _channels(vision) * patch * patch, generator=g)
+    return pixels, {"spatial_shapes": torch.tensor([[side, side]] * BATCH),
+                    "pixel_attention_mask": torch.ones(BATCH, side * side, dtype=torch.long)}
+
+
+def _tiles(config, g: torch.Generator) -> tuple[torch.Tensor, dict]:
+    """Idefics2-style inputs: a list of tiles per row (one tile each here) and a mask over each tile's
+    pixels (none padded)."""
+    pixels = pixel_values(config, g).unsqueeze(1)
+    return pixels, {"pixel_attention_mask": torch.ones(BATCH, 1, *pixels.shape[-2:], dtype=torch.bool)}
+
+
+# How get_image_features wants its pixels, keyed by the argument that tells (the first one it takes wins);
+# models taking none of these get plain images of the config's size.
+LAYOUTS: dict[str, Callable] = {
+    "image_grid_thw": lambda config, vision, g: _patch_grid(vision, g),
+    "image_grid_hw": lambda config, vision, g: _patch_grid(vision, g, "image_grid_hw"),
+    "spatial_shapes": lambda config, vision, g: _patch_list(vision, g),
+    "pixel_attention_mask": lambda config, vision, g: _tiles(config, g),
+}
+
+# Further inputs get_image_features asks for, keyed by argument name: each made from the pixels, the
+# vision config and the generator.
+EXTRAS: dict[str, Callable] = {
+    "image_sizes": lambda pixels, vision, g: torch.tensor([list(pixels.shape[-2:])] * BATCH),
+    "image_merge_sizes": lambda pixels, vision, g: torch.full((BATCH,), getattr(vision, "spatial_merge_size", 1)),
+    # InstructBLIP's Q-Former reads the instruction too: a few ids from its own small vocabulary.
+    "qformer_input_ids": lambda pixels, vision, g: torch.randint(3, 100, (BATCH, SEQ), generator=g),
+    # DeepSeek-VL hybrid: the same images again for its high-resolution tower, at that tower's size.
+    "high_res_pixel_values": lambda pixels, vision, g: pixel_values(vision.high_res_vision_config, g)
+    if hasattr(vision, "high_res_vision_config") else pixels,
+}
+
+
+def _vision_api(model):
+    """The module with the model's get_image_features: the model itself, or its base model (DeepSeek-VL,
+    Janus and Fuyu define it only there); None for models that take no image tokens."""
+    for module in (model, getattr(model, "model", None)):
+        if hasattr(module, "get_image_features"):
+            return module
+    return None
+
+
+def _image_params(model) -> set[str]:
+    """The arguments of the model's forward and of every get_image_features on the way to the vision
+    tower: wrappers pass on **kwargs, so the inner one (Video-LLaMA 3's) may ask for more."""
+    fns = [model.forward] + [m.get_image_features for m in (model, getattr(model, "model", None))
+                             if hasattr(m, "get_image_features")]
+    return {p for fn in fns for p in inspect.signature(fn).parameters}
 
 
 def vision_inputs(model, g: torch.Generator) -> dict:
-    """Pixels plus what the model's get_image_features asks for beyond them (grids, image sizes)."""
-    params = inspect.signature(model.get_image_features).parameters
+    """Pixels laid out as get_image_features asks (grids, patch lists, tiles) plus its further inputs."""
+    params = _image_params(model)
     vision = getattr(model.config, "vision_config", None) or model.config
-    if "image_grid_thw" in params:
-        pixels, extra = _patch_grid(vision, g)
-    else:
-        pixels, extra = pixel_values(model.config, g), {}
-    if "image_sizes" in params:
-        extra["image_sizes"] = torch.tensor([list(pixels.shape[-2:])] * BATCH)
+    layout = next((LAYOUTS[k] for k in LAYOUTS if k in params), None)
+    pixels, extra = layout(model.config, vision, g) if layout else (pixel_values(model.config, g), {})
+    extra.update({k: make(pixels, vision, g) for k, make in EXTRAS.items() if k in params})
     return {"pixel_values": pixels, **extra}
+
+
+def _image_token(config):
+    token = getattr(config, "image_token_id", None)
+    return token if token is not None else getattr(config, "image_token_index", None)
 
 
 @torch.no_grad()
 def image_text_inputs(model) -> dict:
     """Images plus text that starts with one image token per image feature row: the count comes from
-    running the model's own vision path once, so no per-model token arithmetic."""
+    running the model's own vision path once, so no per-model token arithmetic. Models with no image
+    token (BLIP, GIT, vision encoder-decoders) take the images whole and caption them: text labels."""
+    token = _image_token(model.config)
+    if token is None or _vision_api(model) is None:
+        return _caption_inputs(model)
     g = _generator()
     vision = vision_inputs(model, g)
-    n = _image_token_count(model.get_image_features(**vision))
-    token = getattr(model.config, "image_token_id", None)
-    token = token if token is not None else model.config.image_token_index
+    n = _image_token_count(_vision_api(model).get_image_features(**vision))
     text = _ids(model, (BATCH, SEQ), g)
     ids = torch.cat([torch.full((BATCH, n), token), text], dim=1)
     labels = torch.cat([torch.full((BATCH, n), -100), text], dim=1)
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), **vision, "labels": labels}
     if "mm_token_type_ids" in inspect.signature(model.forward).parameters:
         batch["mm_token_type_ids"] = (ids == token).long()  # Qwen2-VL's M-RoPE: 1 marks image tokens
+    return batch
+
+
+def _caption_inputs(model) -> dict:
+    """Images and the text that describes them: token ids that are also the labels (decoder labels in
+    encoder-decoders, whose main input is the image)."""
+    g = _generator()
+    ids = _ids(model, (BATCH, SEQ), g)
+    pixels = pixel_values(model.config, g)
+    vision = getattr(model.config, "vision_config", None) or model.config
+    params = _image_params(model)
+    batch = {"pixel_values": pixels, "labels": ids.clone()}
+    if "input_ids" in params:
+        batch.update(input_ids=ids, attention_mask=torch.ones_like(ids))
+    batch.update({k: make(pixels, vision, g) for k, make in EXTRAS.items() if k in params})
     return batch
 
 
@@ -212,6 +299,16 @@ def classifier_config(config) -> None:
         if getattr(c, "pad_token_id", None) is None:
             c.pad_token_id = 0
     decoder_start(config)
+
+
+def image_text_config(config) -> None:
+    """Configs that leave the image token unset (BLIP-2, InstructBLIP, Nemotron-H Omni: their checkpoints
+    set it) get one inside the small vocabulary; encoder-decoders get their decoder's start (UDOP)."""
+    key = next((k for k in ("image_token_id", "image_token_index") if hasattr(config, k)), None)
+    if key is not None and _image_token(config) is None:
+        setattr(config, key, IMAGE_TOKEN)
+    if getattr(config, "is_encoder_decoder", False):
+        decoder_start(config)
 
 
 @dataclass(frozen=True)
@@ -256,5 +353,5 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     Task("speech-seq2seq", "speech seq2seq", "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES", "AutoModelForSpeechSeq2Seq",
          speech_seq2seq_inputs, generates=True, configure=decoder_start),
     Task("image-text-to-text", "image-text-to-text", "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES",
-         "AutoModelForImageTextToText", image_text_inputs, generates=True),
+         "AutoModelForImageTextToText", image_text_inputs, generates=True, configure=image_text_config),
 )}
