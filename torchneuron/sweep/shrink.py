@@ -140,7 +140,7 @@ def shrink_dict(d: dict, widths: frozenset = frozenset()) -> dict:
         elif key == "vocab_size" and value is None:
             out[key] = VOCAB  # set from the checkpoint's vocabulary file (ESM)
         elif isinstance(value, dict) and _int_list(value.get("mrope_section")):
-            out[key] = {**value, "mrope_section": _mrope(value["mrope_section"])}
+            out[key] = {**value, "mrope_section": _mrope(value["mrope_section"], value.get("partial_rotary_factor", 1.0))}
         elif _int_list(value):
             out[key] = _shrink_list(key, value)
         elif isinstance(value, bool) or not isinstance(value, int):
@@ -242,9 +242,10 @@ def _is_config(key: str, value) -> bool:
     return isinstance(value, dict) and ("model_type" in value or key.endswith("config"))
 
 
-def _mrope(sections: list) -> list:
-    """Multimodal rotary sections (time, height, width) split head_dim / 2: keep the proportions."""
-    total = HEAD_DIM // 2
+def _mrope(sections: list, rotary: float = 1.0) -> list:
+    """Multimodal rotary sections (time, height, width) split the rotary half of head_dim (all of it
+    but for a partial_rotary_factor, GLM-4.1V's 0.5): keep the proportions."""
+    total = int(HEAD_DIM * rotary) // 2
     out = [max(1, v * total // sum(sections)) for v in sections]
     out[-1] += total - sum(out)
     return out
@@ -370,4 +371,4 @@ def _set_mrope(config) -> None:
     rope = getattr(config, "rope_parameters", None)
     if "mrope_section" in getattr(config, "ignore_keys_at_rope_validation", ()) and isinstance(rope, dict) \
             and "rope_type" in rope and "mrope_section" not in rope:  # not per-layer-type tables
-        config.rope_parameters = {**rope, "mrope_section": _mrope([16, 24, 24])}
+        config.rope_parameters = {**rope, "mrope_section": _mrope([16, 24, 24], rope.get("partial_rotary_factor", 1.0))}

@@ -259,6 +259,7 @@ def image_text_inputs(model) -> dict:
     vision = vision_inputs(model, g)
     n = _image_token_count(_vision_api(model).get_image_features(**vision))
     text = _ids(model, (BATCH, SEQ), g)
+    text[text == token] += 1  # Mistral 3's image token (10) is among the text ids: no stray image tokens
     ids = torch.cat([torch.full((BATCH, n), token), text], dim=1)
     labels = torch.cat([torch.full((BATCH, n), -100), text], dim=1)
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), **vision, "labels": labels}
