@@ -162,7 +162,21 @@ def shrink_dict(d: dict, widths: frozenset = frozenset()) -> dict:
     _trim_per_layer(d, out)
     _derived_head_dims(d, out)
     _mamba_heads(out)
+    _feature_layers(out)
     return out
+
+
+def _feature_layers(d: dict) -> None:
+    """Vision-language configs pick vision hidden states by layer index (VipLLaVA's five, from -2 to
+    -11): indices past the shrunk vision tower move to its last layers, keeping their count (the
+    projector's width is the count times the vision width)."""
+    layers = next((d["vision_config"][k] for k in _LAYERS if isinstance(d.get("vision_config"), dict)
+                   and isinstance(d["vision_config"].get(k), int)), None)
+    if layers is None:
+        return
+    for key in [k for k in d if k.endswith(("feature_layer", "feature_layers"))]:
+        if _int_list(d[key]):
+            d[key] = [max(i, -layers) if i < 0 else min(i, layers) for i in d[key]]
 
 
 def _unset_moe_sizes(d: dict, out: dict) -> None:

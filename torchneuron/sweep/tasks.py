@@ -21,6 +21,9 @@ CTC_LABELS = 4
 # The image token of configs that leave it unset: above the sweep's text ids (3 to 99), below the ids
 # shrink remaps special tokens to (the top 8 of the small vocabulary).
 IMAGE_TOKEN = VOCAB - 9
+# Patch-grid models whose vision tower convolves each patch as a small image (channels, patch, patch)
+# rather than projecting a flat row: Kimi-K2.5, PaddleOCR-VL.
+PATCH_IMAGES = {"kimi_k25", "paddleocr_vl"}
 # Text models that caption an image: their language-model loss skips the image positions, so it needs one.
 CAPTIONERS = {"git"}
 
@@ -163,15 +166,23 @@ def _channels(vision) -> int:
     return getattr(vision, "in_channels", None) or getattr(vision, "num_channels", 3)
 
 
-def _patch_grid(vision, g: torch.Generator, key: str = "image_grid_thw") -> tuple[torch.Tensor, dict]:
-    """Qwen2-VL-style inputs: each image a 2x2 grid of merged patches, pixels flattened per patch, and
-    its grid as (frames, height, width), or (height, width) where the argument is `image_grid_hw`."""
+def _first_size(vision, keys: tuple) -> int:
+    """The first of `keys` the vision config sets, as one int (the first of a per-axis pair); 1 if none."""
+    value = next((getattr(vision, k) for k in keys if getattr(vision, k, None)), 1)
+    return value if isinstance(value, int) else value[0]
+
+
+def _patch_grid(config, vision, g: torch.Generator, key: str = "image_grid_thw") -> tuple[torch.Tensor, dict]:
+    """Qwen2-VL-style inputs: each image a 2x2 grid of merged patches, pixels flattened per patch (or
+    one small image per patch, PATCH_IMAGES), and its grid as (frames, height, width), or (height,
+    width) where the argument is `image_grid_hw`."""
     patch = _patch_size(vision)
-    merge = getattr(vision, "spatial_merge_size", 1)
-    temporal = getattr(vision, "temporal_patch_size", 1)
-    temporal = temporal if isinstance(temporal, int) else temporal[0]
+    merge = _first_size(vision, ("spatial_merge_size", "merge_size", "merge_kernel_size"))
+    temporal = _first_size(vision, ("temporal_patch_size", "patch_temporal"))
     side = 2 * merge
     pixels = torch.randn(BATCH * side * side, _channels(vision) * temporal * patch * patch, generator=g)
+    if config.model_type in PATCH_IMAGES:
+        pixels = pixels.view(len(pixels), -1, patch, patch)
     grid = [1, side, side] if key == "image_grid_thw" else [side, side]
     return pixels, {key: torch.tensor([grid] * BATCH)}
 
@@ -196,8 +207,8 @@ def _tiles(config, g: torch.Generator) -> tuple[torch.Tensor, dict]:
 # How get_image_features wants its pixels, keyed by the argument that tells (the first one it takes wins);
 # models taking none of these get plain images of the config's size.
 LAYOUTS: dict[str, Callable] = {
-    "image_grid_thw": lambda config, vision, g: _patch_grid(vision, g),
-    "image_grid_hw": lambda config, vision, g: _patch_grid(vision, g, "image_grid_hw"),
+    "image_grid_thw": lambda config, vision, g: _patch_grid(config, vision, g),
+    "image_grid_hw": lambda config, vision, g: _patch_grid(config, vision, g, "image_grid_hw"),
     "spatial_shapes": lambda config, vision, g: _patch_list(vision, g),
     "pixel_attention_mask": lambda config, vision, g: _tiles(config, g),
 }
