@@ -163,7 +163,18 @@ def shrink_dict(d: dict, widths: frozenset = frozenset()) -> dict:
     _derived_head_dims(d, out)
     _mamba_heads(out)
     _feature_layers(out)
+    _pinpoints(d, out)
     return out
+
+
+def _pinpoints(d: dict, out: dict) -> None:
+    """LLaVA-NeXT's grid of tiled resolutions counts in multiples of the vision tower's image size:
+    scaled with that size to the shrunk one, each resolution keeps its number of tiles."""
+    size = (d.get("vision_config") or {}).get("image_size")
+    if not _int_list([v for pair in d.get("image_grid_pinpoints") or [] for v in pair]) or not isinstance(size, int):
+        return
+    new = out["vision_config"]["image_size"]
+    out["image_grid_pinpoints"] = [[v * new // size for v in pair] for pair in d["image_grid_pinpoints"]]
 
 
 def _feature_layers(d: dict) -> None:

@@ -6,6 +6,7 @@ Adding a task is adding one `Task` to `TASKS`; the runner and worker read nothin
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -204,13 +205,26 @@ def _tiles(config, g: torch.Generator) -> tuple[torch.Tensor, dict]:
     return pixels, {"pixel_attention_mask": torch.ones(BATCH, 1, *pixels.shape[-2:], dtype=torch.bool)}
 
 
-# How get_image_features wants its pixels, keyed by the argument that tells (the first one it takes wins);
-# models taking none of these get plain images of the config's size.
+def _anyres_tiles(model, g: torch.Generator) -> tuple[torch.Tensor, dict]:
+    """LLaVA-NeXT-style inputs: each image as the tiles its size maps to on the config's grid of
+    resolutions plus the whole image, at the vision tower's size. The tile count comes from the
+    model's own module (the function its get_image_features splits the tiles with)."""
+    image = pixel_values(model.config, g)
+    sizes = torch.tensor([list(image.shape[-2:])] * BATCH)
+    count = sys.modules[type(model).__module__].image_size_to_num_patches
+    tiles = count(sizes[0], model.config.image_grid_pinpoints, image.shape[-1])
+    pixels = torch.randn(BATCH, tiles, *image.shape[1:], generator=g)
+    return pixels, {"image_sizes": sizes}
+
+
+# How get_image_features wants its pixels, keyed by the argument or config field that tells (the first
+# one the model has wins); models with none of these get plain images of the config's size.
 LAYOUTS: dict[str, Callable] = {
-    "image_grid_thw": lambda config, vision, g: _patch_grid(config, vision, g),
-    "image_grid_hw": lambda config, vision, g: _patch_grid(config, vision, g, "image_grid_hw"),
-    "spatial_shapes": lambda config, vision, g: _patch_list(vision, g),
-    "pixel_attention_mask": lambda config, vision, g: _tiles(config, g),
+    "image_grid_thw": lambda model, vision, g: _patch_grid(model.config, vision, g),
+    "image_grid_hw": lambda model, vision, g: _patch_grid(model.config, vision, g, "image_grid_hw"),
+    "spatial_shapes": lambda model, vision, g: _patch_list(vision, g),
+    "image_grid_pinpoints": lambda model, vision, g: _anyres_tiles(model, g),
+    "pixel_attention_mask": lambda model, vision, g: _tiles(model.config, g),
 }
 
 # Further inputs get_image_features asks for, keyed by argument name: each made from the pixels, the
@@ -236,20 +250,25 @@ def _vision_api(model):
 
 
 def _image_params(model) -> set[str]:
-    """The arguments of the model's forward and of every get_image_features on the way to the vision
-    tower: wrappers pass on **kwargs, so the inner one (Video-LLaMA 3's) may ask for more."""
-    fns = [model.forward] + [m.get_image_features for m in (model, getattr(model, "model", None))
-                             if hasattr(m, "get_image_features")]
-    return {p for fn in fns for p in inspect.signature(fn).parameters}
+    """The arguments of the model's get_image_features, and those its base model's requires: wrappers
+    pass on **kwargs, so the inner one (Video-LLaMA 3's) may ask for more. Not the inner one's optional
+    ones, nor the forward's: LLaVA's take image_sizes only for other vision towers than the one it has."""
+    api = _vision_api(model)
+    params = set(inspect.signature(api.get_image_features).parameters)
+    inner = getattr(api, "model", None)
+    if hasattr(inner, "get_image_features"):
+        params |= {n for n, p in inspect.signature(inner.get_image_features).parameters.items()
+                   if p.default is p.empty and p.kind is p.POSITIONAL_OR_KEYWORD}
+    return params
 
 
 def vision_inputs(model, g: torch.Generator) -> dict:
     """Pixels laid out as get_image_features asks (grids, patch lists, tiles) plus its further inputs."""
     params = _image_params(model)
     vision = getattr(model.config, "vision_config", None) or model.config
-    layout = next((LAYOUTS[k] for k in LAYOUTS if k in params), None)
-    pixels, extra = layout(model.config, vision, g) if layout else (pixel_values(model.config, g), {})
-    extra.update({k: make(pixels, vision, g) for k, make in EXTRAS.items() if k in params})
+    layout = next((LAYOUTS[k] for k in LAYOUTS if k in params or getattr(model.config, k, None)), None)
+    pixels, extra = layout(model, vision, g) if layout else (pixel_values(model.config, g), {})
+    extra.update({k: make(pixels, vision, g) for k, make in EXTRAS.items() if k in params and k not in extra})
     return {"pixel_values": pixels, **extra}
 
 
@@ -279,15 +298,33 @@ def image_text_inputs(model) -> dict:
     return batch
 
 
+def _flattened_patches(vision, g: torch.Generator) -> torch.Tensor:
+    """Pix2Struct-style images: a row of flattened patches per image, each led by its (row, column)."""
+    width = vision.patch_embed_hidden_size
+    side = int(min(getattr(vision, "seq_len", 16), 16) ** 0.5)
+    rows, cols = torch.meshgrid(torch.arange(side), torch.arange(side), indexing="ij")
+    where = torch.stack([rows.flatten(), cols.flatten()], dim=-1).float().expand(BATCH, -1, -1)
+    return torch.cat([where, torch.randn(BATCH, side * side, width, generator=g)], dim=-1)
+
+
+# The image input of captioning models, keyed by its argument name (the first the forward takes wins).
+IMAGE_INPUTS: dict[str, Callable] = {
+    "pixel_values": lambda config, vision, g: pixel_values(config, g),
+    "flattened_patches": lambda config, vision, g: _flattened_patches(vision, g),
+}
+
+
 def _caption_inputs(model) -> dict:
     """Images and the text that describes them: token ids that are also the labels (decoder labels in
-    encoder-decoders, whose main input is the image)."""
+    encoder-decoders, whose main input is the image). Models that take no image input listed in
+    IMAGE_INPUTS (Mistral 4's text-only causal LM) run on text alone."""
     g = _generator()
     ids = _ids(model, (BATCH, SEQ), g)
-    pixels = pixel_values(model.config, g)
     vision = getattr(model.config, "vision_config", None) or model.config
-    params = _image_params(model)
-    batch = {"pixel_values": pixels, "labels": ids.clone()}
+    params = inspect.signature(model.forward).parameters
+    key = next((k for k in IMAGE_INPUTS if k in params), None)
+    pixels = IMAGE_INPUTS[key](model.config, vision, g) if key else None
+    batch = {key: pixels, "labels": ids.clone()} if key else {"labels": ids.clone()}
     if "input_ids" in params:
         batch.update(input_ids=ids, attention_mask=torch.ones_like(ids))
     batch.update({k: make(pixels, vision, g) for k, make in EXTRAS.items() if k in params})

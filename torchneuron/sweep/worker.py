@@ -114,13 +114,15 @@ def _grads(model) -> dict:
 
 
 def _generate(model, batch: dict) -> list:
-    pad = model.generation_config.pad_token_id
-    eos = model.generation_config.eos_token_id
+    config = model.generation_config
+    if config.pad_token_id is None:
+        # Set in the generation config, not passed: BLIP's generate passes its own pad id to its decoder's.
+        eos = config.eos_token_id
+        config.pad_token_id = eos if isinstance(eos, int) else 0
     prompt = {k: v for k, v in batch.items() if k != "labels"}
     model.eval()  # TRAIN_MODE models too: generation is inference (Reformer caches only in eval mode)
     # num_return_sequences is the default, 1; MusicGen's own generate reads it unset otherwise.
     out = model.generate(**prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
-                         pad_token_id=pad if pad is not None else (eos if isinstance(eos, int) else 0),
                          num_return_sequences=1)
     return out.cpu().tolist()
 
