@@ -105,6 +105,10 @@ OVERRIDES: dict[str, dict] = {
     # cannot go through: keep the default chunk (one padded chunk). Its config rounds the query-key width
     # up to a multiple of 64 and its model does not: keep that width one.
     "xlstm": {"hidden_size": 128, "embedding_dim": 128, "num_blocks": 2, "chunk_size": 64},
+    # MUSE's out_hidden_size is a merged patch's width, the vision width times merge_size squared (2 x 2),
+    # not the text width it names in Qwen2-VL's configs.
+    "muse_spark": {"out_hidden_size": 4 * HIDDEN},
+    "muse_glimmer": {"out_hidden_size": 4 * HIDDEN},
 }
 
 
@@ -148,7 +152,10 @@ def shrink_dict(d: dict, widths: frozenset = frozenset()) -> dict:
         else:
             # Dots3's adapter_out_dim, BLT's hidden_size_global: widths that feed another part of the model.
             sibling = "adapter" in key or key.startswith("hidden_size_")
-            out[key] = HIDDEN if sibling and value in widths else _shrink_int(key, value, d, vocab)
+            # Nemotron-H Omni's vision_hidden_size, Kimi-K2.5's projection_hidden_size: widths of a part
+            # this config holds, read where that part's output is projected.
+            part = _SIZE.search(key) and value in hiddens
+            out[key] = HIDDEN if (sibling and value in widths) or part else _shrink_int(key, value, d, vocab)
     for key, value in d.items():
         if key.endswith(("token_id", "token_ids", "token_index")):
             out[key] = _token_id(value, vocab)
