@@ -144,7 +144,7 @@ def shrink_dict(d: dict, widths: frozenset = frozenset()) -> dict:
         elif key == "vocab_size" and value is None:
             out[key] = VOCAB  # set from the checkpoint's vocabulary file (ESM)
         elif isinstance(value, dict) and _int_list(value.get("mrope_section")):
-            out[key] = {**value, "mrope_section": _mrope(value["mrope_section"], value.get("partial_rotary_factor", 1.0))}
+            out[key] = {**value, "mrope_section": _mrope(value["mrope_section"])}
         elif _int_list(value):
             out[key] = _shrink_list(key, value)
         elif isinstance(value, bool) or not isinstance(value, int):
@@ -395,7 +395,10 @@ def shrink(config_class, model_type: str):
 
 def _set_mrope(config) -> None:
     """Configs whose models read rope_parameters["mrope_section"] and default it in the modeling code
-    to full-size sections (Qwen2-VL's [16, 24, 24]) get sections that fit the shrunk head_dim."""
+    to full-size sections (Qwen2-VL's [16, 24, 24]) get sections that fit the shrunk head_dim's rotary
+    part (GLM-4.5V MoE splits exactly that). Where that part is too narrow for three sections (Qwen3.5's
+    quarter of the head) they split half the head_dim, a sum its interleaved sections take; so do
+    sections a config lists itself."""
     for key in getattr(config, "sub_configs", {}):
         sub = getattr(config, key, None)
         if sub is not None and hasattr(sub, "to_dict"):
@@ -403,4 +406,5 @@ def _set_mrope(config) -> None:
     rope = getattr(config, "rope_parameters", None)
     if "mrope_section" in getattr(config, "ignore_keys_at_rope_validation", ()) and isinstance(rope, dict) \
             and "rope_type" in rope and "mrope_section" not in rope:  # not per-layer-type tables
-        config.rope_parameters = {**rope, "mrope_section": _mrope([16, 24, 24], rope.get("partial_rotary_factor", 1.0))}
+        sections = _mrope([16, 24, 24], rope.get("partial_rotary_factor", 1.0))
+        config.rope_parameters = {**rope, "mrope_section": sections if min(sections) > 0 else _mrope([16, 24, 24])}
