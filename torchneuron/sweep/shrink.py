@@ -105,6 +105,10 @@ OVERRIDES: dict[str, dict] = {
     # cannot go through: keep the default chunk (one padded chunk). Its config rounds the query-key width
     # up to a multiple of 64 and its model does not: keep that width one.
     "xlstm": {"hidden_size": 128, "embedding_dim": 128, "num_blocks": 2, "chunk_size": 64},
+    "cohere_compass": {"text_config": {"rope_parameters": {"full_attention": {"rope_type": "default",
+                                                                          "rope_theta": 10000.0}}}},
+    # Unset by default, indexed per layer by the model (the checkpoints list it): one dense, one sparse.
+    "deepseek_ocr2": {"text_config": {"mlp_layer_types": ["dense", "sparse"]}},
     # MUSE's out_hidden_size is a merged patch's width, the vision width times merge_size squared (2 x 2),
     # not the text width it names in Qwen2-VL's configs.
     "muse_spark": {"out_hidden_size": 4 * HIDDEN},
@@ -150,8 +154,9 @@ def shrink_dict(d: dict, widths: frozenset = frozenset()) -> dict:
         elif isinstance(value, bool) or not isinstance(value, int):
             continue
         else:
-            # Dots3's adapter_out_dim, BLT's hidden_size_global: widths that feed another part of the model.
-            sibling = "adapter" in key or key.startswith("hidden_size_")
+            # Dots3's adapter_out_dim, BLT's hidden_size_global, Inkling2's vision text_hidden_size: widths
+            # that feed another part of the model.
+            sibling = "adapter" in key or key.startswith("hidden_size_") or key == "text_hidden_size"
             # Nemotron-H Omni's vision_hidden_size, Kimi-K2.5's projection_hidden_size: widths of a part
             # this config holds, read where that part's output is projected.
             part = _SIZE.search(key) and value in hiddens
@@ -172,6 +177,30 @@ def shrink_dict(d: dict, widths: frozenset = frozenset()) -> dict:
     _feature_layers(out)
     _pinpoints(d, out)
     return out
+
+
+def _pinpoints(d: dict, out: dict) -> None:
+    """LLaVA-NeXT's grid of tiled resolutions counts in multiples of the vision tower's image size:
+    scaled with that size to the shrunk one, each resolution keeps its number of tiles."""
+    size = (d.get("vision_config") or {}).get("image_size")
+    if not _int_list([v for pair in d.get("image_grid_pinpoints") or [] for v in pair]) or not isinstance(size, int):
+        return
+    new = out["vision_config"]["image_size"]
+    out["image_grid_pinpoints"] = [[v * new // size for v in pair] for pair in d["image_grid_pinpoints"]]
+
+
+def _feature_layers(d: dict) -> None:
+    """Vision-language configs pick vision hidden states by layer index (VipLLaVA's five, from -2 to
+    -11; Molmo2's adapter's [24, 18]): indices past the shrunk vision tower move to its last layers,
+    keeping their count (the projector's width is the count times the vision width)."""
+    layers = next((d["vision_config"][k] for k in _LAYERS if isinstance(d.get("vision_config"), dict)
+                   and isinstance(d["vision_config"].get(k), int)), None)
+    if layers is None:
+        return
+    for part in [d] + [v for k, v in d.items() if _is_config(k, v)]:
+        for key in [k for k in part if k.endswith(("feature_layer", "feature_layers"))]:
+            if _int_list(part[key]):
+                part[key] = [max(i, -layers) if i < 0 else min(i, layers - 1) for i in part[key]]
 
 
 def _pinpoints(d: dict, out: dict) -> None:
