@@ -203,29 +203,6 @@ def _feature_layers(d: dict) -> None:
                 part[key] = [max(i, -layers) if i < 0 else min(i, layers - 1) for i in part[key]]
 
 
-def _pinpoints(d: dict, out: dict) -> None:
-    """LLaVA-NeXT's grid of tiled resolutions counts in multiples of the vision tower's image size:
-    scaled with that size to the shrunk one, each resolution keeps its number of tiles."""
-    size = (d.get("vision_config") or {}).get("image_size")
-    if not _int_list([v for pair in d.get("image_grid_pinpoints") or [] for v in pair]) or not isinstance(size, int):
-        return
-    new = out["vision_config"]["image_size"]
-    out["image_grid_pinpoints"] = [[v * new // size for v in pair] for pair in d["image_grid_pinpoints"]]
-
-
-def _feature_layers(d: dict) -> None:
-    """Vision-language configs pick vision hidden states by layer index (VipLLaVA's five, from -2 to
-    -11): indices past the shrunk vision tower move to its last layers, keeping their count (the
-    projector's width is the count times the vision width)."""
-    layers = next((d["vision_config"][k] for k in _LAYERS if isinstance(d.get("vision_config"), dict)
-                   and isinstance(d["vision_config"].get(k), int)), None)
-    if layers is None:
-        return
-    for key in [k for k in d if k.endswith(("feature_layer", "feature_layers"))]:
-        if _int_list(d[key]):
-            d[key] = [max(i, -layers) if i < 0 else min(i, layers) for i in d[key]]
-
-
 def _unset_moe_sizes(d: dict, out: dict) -> None:
     """Mixture-of-experts configs whose defaults leave the expert count or top-k unset (DeepSeek V2,
     dots1: their checkpoints set them) get the shrunk sizes; the model cannot route without them."""
