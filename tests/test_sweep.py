@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 pytest.importorskip("transformers")
 
@@ -146,3 +147,55 @@ def test_train_mode_models_and_captioners():
     assert not build("llama", TASKS["causal-lm"]).training
     git = build("git", TASKS["causal-lm"])
     assert "pixel_values" in TASKS["causal-lm"].inputs(git)  # GIT's LM loss skips the image positions
+
+
+@pytest.mark.parametrize("name", ["idefics3", "llava_next"])  # tiles with a pixel mask; tiles per grid resolution
+def test_image_text_batch_has_a_token_per_image_feature(name):
+    from torchneuron.sweep.tasks import _image_token, _image_token_count, _vision_api
+    from torchneuron.sweep.worker import build
+    spec = TASKS["image-text-to-text"]
+    model = build(name, spec)
+    batch = spec.inputs(model)
+    vision = {k: v for k, v in batch.items() if k not in ("input_ids", "attention_mask", "labels")}
+    with torch.no_grad():
+        features = _image_token_count(_vision_api(model).get_image_features(**vision))
+    tokens = (batch["input_ids"] == _image_token(model.config)).sum(dim=1)
+    assert features > 0 and tokens.tolist() == [features] * 2
+    assert model(**batch).loss.isfinite()
+
+
+def test_image_text_config_sets_unset_image_tokens_inside_the_vocabulary():
+    from torchneuron.sweep.tasks import IMAGE_TOKEN, image_text_config
+    config = _shrunk("blip-2")
+    assert config.image_token_index is None  # BLIP-2's checkpoints set it
+    image_text_config(config)
+    assert config.image_token_index == IMAGE_TOKEN < config.text_config.vocab_size
+
+
+def test_patch_layouts_follow_the_vision_config():
+    from types import SimpleNamespace
+
+    from torchneuron.sweep.tasks import _flattened_patches, _patch_grid, _patch_list
+    g = torch.Generator().manual_seed(0)
+    muse = SimpleNamespace(patch_size=14, merge_size=2, patch_temporal=2, num_channels=3)
+    pixels, extra = _patch_grid(SimpleNamespace(model_type="muse_spark"), muse, g)
+    assert pixels.shape == (2 * 16, 3 * 2 * 14 * 14) and extra["image_grid_thw"].tolist() == [[1, 4, 4]] * 2
+    paddle = SimpleNamespace(patch_size=14, spatial_merge_size=2, num_channels=3)
+    pixels, extra = _patch_grid(SimpleNamespace(model_type="paddleocr_vl"), paddle, g, "image_grid_hw")
+    assert pixels.shape == (32, 3, 14, 14) and extra["image_grid_hw"].tolist() == [[4, 4]] * 2
+    pixels, extra = _patch_list(SimpleNamespace(patch_size=16, image_size=64, num_channels=3), g)
+    assert pixels.shape == (2, 16, 768) and extra["pixel_attention_mask"].shape == (2, 16)
+    patches = _flattened_patches(SimpleNamespace(patch_embed_hidden_size=12, seq_len=4096), g)
+    assert patches.shape == (2, 16, 14) and patches[0, 5, :2].tolist() == [1.0, 1.0]  # row, column
+
+
+def test_shrunk_vision_language_sizes_stay_consistent():
+    from torchneuron.sweep.shrink import HEAD_DIM, HIDDEN, IMAGE
+    next_ = _shrunk("llava_next")  # tiled resolutions scale with the image: 336 x 672 is one by two tiles
+    assert [IMAGE, 2 * IMAGE] in next_.image_grid_pinpoints
+    vip = _shrunk("vipllava")  # five feature layers, all inside the two-layer tower
+    assert len(vip.vision_feature_layer) == 5 and all(-2 <= i <= 1 for i in vip.vision_feature_layer)
+    assert all(0 <= i < 2 for i in _shrunk("molmo2").adapter_config.vision_feature_layer)
+    assert _shrunk("gemma3").mm_tokens_per_image == 4
+    assert sum(_shrunk("glm4v_moe").text_config.rope_parameters["mrope_section"]) == HEAD_DIM // 4  # half rotary
+    assert _shrunk("nemotron_h_omni").vision_hidden_size == HIDDEN == _shrunk("inkling2").vision_config.text_hidden_size
