@@ -119,7 +119,9 @@ def _generate(model, batch: dict) -> list:
         # Set in the generation config, not passed: BLIP's generate passes its own pad id to its decoder's.
         eos = config.eos_token_id
         config.pad_token_id = eos if isinstance(eos, int) else 0
-    prompt = {k: v for k, v in batch.items() if k != "labels"}
+    # Copies: BLIP's generate writes its start id over the prompt's first id in place, which would change
+    # the batch neuron runs next.
+    prompt = {k: v.clone() for k, v in batch.items() if k != "labels"}
     model.eval()  # TRAIN_MODE models too: generation is inference (Reformer caches only in eval mode)
     # num_return_sequences is the default, 1; MusicGen's own generate reads it unset otherwise.
     out = model.generate(**prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
