@@ -109,6 +109,10 @@ OVERRIDES: dict[str, dict] = {
                                                                           "rope_theta": 10000.0}}}},
     # Unset by default, indexed per layer by the model (the checkpoints list it): one dense, one sparse.
     "deepseek_ocr2": {"text_config": {"mlp_layer_types": ["dense", "sparse"]}},
+    # Its modeling code defaults mrope_section to the full-size [16, 24, 24] where its config has none, and
+    # the config does not flag the key as one _set_mrope fills: sections for the shrunk head_dim.
+    "paddleocr_vl": {"text_config": {"rope_parameters": {"rope_type": "default", "rope_theta": 500000.0,
+                                                         "mrope_section": [2, 3, 3]}}},
     # MUSE's out_hidden_size is a merged patch's width, the vision width times merge_size squared (2 x 2),
     # not the text width it names in Qwen2-VL's configs.
     "muse_spark": {"out_hidden_size": 4 * HIDDEN},
