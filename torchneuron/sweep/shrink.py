@@ -113,6 +113,10 @@ OVERRIDES: dict[str, dict] = {
     # the config does not flag the key as one _set_mrope fills: sections for the shrunk head_dim.
     "paddleocr_vl": {"text_config": {"rope_parameters": {"rope_type": "default", "rope_theta": 500000.0,
                                                          "mrope_section": [2, 3, 3]}}},
+    # ERNIE 4.5 VL orders its sections (height, width, time) and interleaves the spatial two, which must
+    # match; the Qwen2-VL proportions _set_mrope fills in are (time, height, width).
+    "ernie4_5_vl_moe": {"text_config": {"rope_parameters": {"rope_type": "default", "rope_theta": 500000.0,
+                                                            "mrope_section": [3, 3, 2]}}},
     # MUSE's out_hidden_size is a merged patch's width, the vision width times merge_size squared (2 x 2),
     # not the text width it names in Qwen2-VL's configs.
     "muse_spark": {"out_hidden_size": 4 * HIDDEN},
