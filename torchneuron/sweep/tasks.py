@@ -205,6 +205,14 @@ def _tiles(config, g: torch.Generator) -> tuple[torch.Tensor, dict]:
     return pixels, {"pixel_attention_mask": torch.ones(BATCH, 1, *pixels.shape[-2:], dtype=torch.bool)}
 
 
+def _packed_patches(vision, g: torch.Generator) -> tuple[torch.Tensor, dict]:
+    """MiniCPM-V-style inputs: every image's patches side by side in one strip of patch-high pixels,
+    and each image's grid in patches (4 x 4: its window attention and two 2 x 2 merges divide it)."""
+    patch, side = _patch_size(vision), 4
+    pixels = torch.randn(1, _channels(vision), patch, BATCH * side * side * patch, generator=g)
+    return pixels, {"target_sizes": torch.tensor([[side, side]] * BATCH)}
+
+
 def _anyres_tiles(model, g: torch.Generator) -> tuple[torch.Tensor, dict]:
     """LLaVA-NeXT-style inputs: each image as the tiles its size maps to on the config's grid of
     resolutions plus the whole image, at the vision tower's size. The tile count comes from the
@@ -223,6 +231,7 @@ LAYOUTS: dict[str, Callable] = {
     "image_grid_thw": lambda model, vision, g: _patch_grid(model.config, vision, g),
     "image_grid_hw": lambda model, vision, g: _patch_grid(model.config, vision, g, "image_grid_hw"),
     "spatial_shapes": lambda model, vision, g: _patch_list(vision, g),
+    "target_sizes": lambda model, vision, g: _packed_patches(vision, g),
     "image_grid_pinpoints": lambda model, vision, g: _anyres_tiles(model, g),
     "pixel_attention_mask": lambda model, vision, g: _tiles(model.config, g),
 }
