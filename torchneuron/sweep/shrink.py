@@ -117,6 +117,9 @@ OVERRIDES: dict[str, dict] = {
     # match; the Qwen2-VL proportions _set_mrope fills in are (time, height, width).
     "ernie4_5_vl_moe": {"text_config": {"rope_parameters": {"rope_type": "default", "rope_theta": 500000.0,
                                                             "mrope_section": [3, 3, 2]}}},
+    # Llama 4's vision adapter reads the pixel-shuffled patches (the width over pixel_shuffle_ratio squared,
+    # 4 x 64) through a layer as wide as the vision intermediate size; the checkpoints keep them equal.
+    "llama4": {"vision_config": {"intermediate_size": 4 * HIDDEN}},
     # MUSE's out_hidden_size is a merged patch's width, the vision width times merge_size squared (2 x 2),
     # not the text width it names in Qwen2-VL's configs.
     "muse_spark": {"out_hidden_size": 4 * HIDDEN},

@@ -152,8 +152,11 @@ def speech_seq2seq_inputs(model) -> dict:
 
 
 def _image_token_count(features) -> int:
-    """Rows of image features per image, whatever container get_image_features returns."""
-    features = getattr(features, "pooler_output", None) if hasattr(features, "pooler_output") else features
+    """Rows of image features per image, whatever container get_image_features returns: its pooler
+    output, or where that is unset its last hidden state (Llama 4 projects that row by row)."""
+    if hasattr(features, "pooler_output"):
+        pooled = features.pooler_output
+        features = pooled if pooled is not None else features.last_hidden_state
     parts = list(features) if isinstance(features, (list, tuple)) else [features]
     rows = sum(p.numel() // p.shape[-1] for p in parts)
     return rows // BATCH
