@@ -165,9 +165,10 @@ def shrink_dict(d: dict, widths: frozenset = frozenset()) -> dict:
         elif isinstance(value, bool) or not isinstance(value, int):
             continue
         else:
-            # Dots3's adapter_out_dim, BLT's hidden_size_global, Inkling2's vision text_hidden_size: widths
+            # Dots3's adapter_out_dim, BLT's hidden_size_global, Inkling2's vision text_hidden_size, Florence-2's
+            # vision projection_dim: widths
             # that feed another part of the model.
-            sibling = "adapter" in key or key.startswith("hidden_size_") or key == "text_hidden_size"
+            sibling = "adapter" in key or key.startswith("hidden_size_") or key in ("text_hidden_size", "projection_dim")
             # Nemotron-H Omni's vision_hidden_size, Kimi-K2.5's projection_hidden_size: widths of a part
             # this config holds, read where that part's output is projected.
             part = _SIZE.search(key) and value in hiddens
