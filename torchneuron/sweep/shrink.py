@@ -50,6 +50,8 @@ _MAMBA_GROUPS = ("n_groups", "mamba_n_groups", "mamba_ngroups")
 _LAYER_COUNT = re.compile(r"^num_\w*attends_per_block$")  # num_self_attends_per_block (Perceiver)
 _HEAD_COUNT = re.compile(r"^num_\w*_heads$")  # num_cross_attention_heads and kin
 _IMAGE_SIZES = {"image_size", "img_size", "input_size", "crop_size"}
+# Nested widths named for the part they feed (text_hidden_size in a vision config); see shrink_dict.
+_FEEDS = ("text_hidden_size", "decoder_hidden_size", "projection_dim")
 # Per-stage lists (vision backbones, audio feature encoders): widths, block counts, head counts.
 _WIDTH_LIST = re.compile(r"(hidden_sizes|embed_dims?|conv_dim|_channels|hidden_dims|widths|_dims)$")
 _DEPTH_LIST = re.compile(r"depths?$")
@@ -165,10 +167,10 @@ def shrink_dict(d: dict, widths: frozenset = frozenset()) -> dict:
         elif isinstance(value, bool) or not isinstance(value, int):
             continue
         else:
-            # Dots3's adapter_out_dim, BLT's hidden_size_global, Inkling2's vision text_hidden_size, Florence-2's
-            # vision projection_dim: widths
-            # that feed another part of the model.
-            sibling = "adapter" in key or key.startswith("hidden_size_") or key in ("text_hidden_size", "projection_dim")
+            # Dots3's adapter_out_dim, BLT's hidden_size_global, Inkling2's text_hidden_size and PP-FormulaNet's
+            # decoder_hidden_size in their vision configs, Florence-2's vision projection_dim: widths that
+            # feed another part of the model.
+            sibling = "adapter" in key or key.startswith("hidden_size_") or key in _FEEDS
             # Nemotron-H Omni's vision_hidden_size, Kimi-K2.5's projection_hidden_size: widths of a part
             # this config holds, read where that part's output is projected.
             part = _SIZE.search(key) and value in hiddens
