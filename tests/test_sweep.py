@@ -199,3 +199,5 @@ def test_shrunk_vision_language_sizes_stay_consistent():
     assert _shrunk("gemma3").mm_tokens_per_image == 4
     assert sum(_shrunk("glm4v_moe").text_config.rope_parameters["mrope_section"]) == HEAD_DIM // 4  # half rotary
     assert _shrunk("nemotron_h_omni").vision_hidden_size == HIDDEN == _shrunk("inkling2").vision_config.text_hidden_size
+    formula = _shrunk("pp_formulanet")  # its vision decoder width feeds the text decoder's cross-attention
+    assert formula.vision_config.decoder_hidden_size == formula.text_config.d_model == HIDDEN
