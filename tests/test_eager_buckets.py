@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 import torchneuron
 from torchneuron.eager import buckets
+from torchneuron.lowering import padding
 
 
 @pytest.fixture(autouse=True)
@@ -95,6 +96,38 @@ def test_a_dynamic_kv_cache_attention_runs_bucketed_equal_to_cpu():
         torch.testing.assert_close(kn.cpu(), k, rtol=0, atol=0)
     assert buckets.STATS["calls"] - calls >= 100
     assert _misses() - before <= 40  # (at exact sizes: 120)
+
+
+def _bucketed_executables(op) -> int:
+    plans = {id(p): p for p in buckets.PLANS.values() if isinstance(p, buckets.BucketedPlan) and p.op is op}
+    return sum(len(p.function.signatures) for p in plans.values())
+
+
+def test_a_growing_cache_compiles_one_attention_and_two_cat_programs_per_bucket():
+    """A decode loop whose new keys are contiguous and new values a transposed view (strides of
+    their size-1 axis differ): both caches share `cat`'s programs (one for the step into a bucket,
+    one for the rest), and each cat leaves its cache room for the bucket its length falls in, so
+    attention reads every cache of a bucket with one program."""
+    heads, d = 3, 24
+    q = _seeded(1, heads, 1, d)
+    k = v = _seeded(1, heads, 2, d)
+    qn, kn, vn = q.to("neuron"), k.to("neuron"), v.to("neuron")
+    attention = torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default
+    before = {op: _bucketed_executables(op) for op in (attention, torch.ops.aten.cat.default)}
+    lengths = range(3, 71)
+    for n in lengths:
+        new = _seeded(1, 1, heads * d + n)[..., :heads * d]
+        new_k, new_v = new.view(1, 1, heads, d).transpose(1, 2).contiguous(), new.view(1, 1, heads, d).transpose(1, 2)
+        k, v = torch.cat([k, new_k], 2), torch.cat([v, new_v * 2], 2)
+        on_device = new.to("neuron").view(1, 1, heads, d).transpose(1, 2)
+        kn, vn = torch.cat([kn, on_device.contiguous()], 2), torch.cat([vn, on_device * 2], 2)
+        torch.testing.assert_close(F.scaled_dot_product_attention(qn, kn, vn).cpu(),
+                                   F.scaled_dot_product_attention(q, k, v), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(vn.cpu(), v, rtol=0, atol=0)
+    bucket_count = len({padding.bucket(n) for n in lengths})
+    assert _bucketed_executables(attention) - before[attention] <= bucket_count
+    # (and two more: the first calls run padded read caches that calls at exact sizes wrote)
+    assert _bucketed_executables(torch.ops.aten.cat.default) - before[torch.ops.aten.cat.default] <= 2 * bucket_count + 2
 
 
 def test_two_streams_padding_to_the_same_sizes_along_different_axes_stay_exact():

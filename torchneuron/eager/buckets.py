@@ -145,13 +145,15 @@ def _stream_for(streams: list, sizes, owners, may_vary) -> _Stream | None:
 
 
 def _padded_sizes(stream: _Stream, sizes):
-    """The sizes a call of `stream` runs at: each varying one at the bucket of the reference size
-    plus its own distance from it; None where a varying size is below 2 (a size of 1 or 0 would
+    """The sizes a call of `stream` runs at: the largest varying size at its bucket, every other
+    varying one at its own distance from it (so the largest operand's buffer is read at the size
+    it was padded to when written); None where a varying size is below 2 (a size of 1 or 0 would
     broadcast or vanish differently when padded)."""
     base, mask, ref = stream.base, stream.mask, stream.ref
     if any(varies and size < 2 for size, varies in zip(sizes, mask)):
         return None
-    top = padding.bucket(sizes[ref])
+    ahead = max(first - base[ref] for first, varies in zip(base, mask) if varies)
+    top = padding.bucket(sizes[ref] + ahead) - ahead
     return tuple(top + first - base[ref] if varies else size for size, first, varies in zip(sizes, base, mask))
 
 
@@ -189,6 +191,8 @@ def run(schema: OpSchema, args, kwargs, desc: CallDescription):
         return _refuse("its sizes did not grow together by one amount since a call of its kind")
     if padded is None:
         return _refuse("a growing size below 2")
+    if schema.op is aten.cat.default:
+        padded = _cat_at_bucket(args, kwargs, ranks, sizes, padded, stream.mask)
     shapes, k = [], 0
     for r in ranks:
         shapes.append(padded[k:k + r])
@@ -197,7 +201,10 @@ def run(schema: OpSchema, args, kwargs, desc: CallDescription):
     for r in ranks:
         varying.append(stream.mask[k:k + r])
         k += r
-    statics = tuple(None if any(v) else (t.stride(), t.storage_offset()) for t, v in zip(desc.tensors, varying))
+    # (strides of size-1 dimensions left out: a cache's new keys and values, one contiguous and one
+    # a transposed view, share a plan; no address depends on them)
+    statics = tuple(None if any(v) else (_canonical_stride(t), t.storage_offset())
+                    for t, v in zip(desc.tensors, varying))
     # (the mask too: two streams of a family can pad to the same sizes along different axes)
     key = (family_key, padded, stream.mask, statics, tuple(desc.scalars) if _static_scalars(schema) else None)
     plan = PLANS.get(key, _MISSING)
@@ -216,6 +223,33 @@ def run(schema: OpSchema, args, kwargs, desc: CallDescription):
     if not isinstance(plan, BucketedPlan):
         return _refuse(plan)
     return plan.run(args, kwargs, desc)
+
+
+def _cat_at_bucket(args, kwargs, ranks, sizes, padded, mask):
+    """`cat`'s padded sizes with its result at the bucket of its true size along the joined axis.
+
+    A KV cache's `cat` turns n - 1 positions into n. Padded from its inputs, the result would hold
+    bucket(n - 1) + 1 positions, and attention over those n positions (run at bucket(n)) would meet
+    a buffer one position longer than a bucket at the first step of each bucket: a second program
+    of attention, and of everything else that reads the cache, per bucket. The first operand that
+    grows along the axis takes up the difference; a plan's sizes stay fixed within a bucket."""
+    tensors = args[0] if args else kwargs["tensors"]
+    dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+    if len(ranks) != len(tensors) or not ranks or len(set(ranks)) != 1:
+        return padded  # (cat's legacy 1-d empty operands: padded as they are)
+    rank = ranks[0]
+    dim %= rank
+    along = [i * rank + dim for i in range(len(ranks))]
+    grows = [k for k in along if mask[k]]
+    if not grows:
+        return padded
+    first = grows[0]
+    at = padded[first] + padding.bucket(sum(sizes[k] for k in along)) - sum(padded[k] for k in along)
+    if at < sizes[first]:
+        return padded  # (other operands padded past the bucket: as they are)
+    padded = list(padded)
+    padded[first] = at
+    return tuple(padded)
 
 
 _WHY = [None]  # why the latest call that was not bucketed was not (TORCHNEURON_LOG=recompiles)
@@ -354,7 +388,8 @@ class BucketedPlan:
         self.n_tensors = len(tensors)
         # named by everything the program depends on besides its buffers: the persistent cache
         # loads it in a later process without tracing it
-        identity = repr(("bucketed", str(op), self.shapes, self.varying, self.dtypes, self.layouts,
+        layouts = [None if lay is None else lay._replace(stride=_canonical_stride(lay)) for lay in self.layouts]
+        identity = repr(("bucketed", str(op), self.shapes, self.varying, self.dtypes, layouts,
                          self.template_args, self.template_kwargs, self.static_scalars, self.results,
                          self.compute_dtype, self.layout_flags, self.cat_dim, self.fills, self.counted,
                          self.masked is not None))
@@ -458,6 +493,12 @@ class BucketedPlan:
             else:
                 returns.append(None)
         return tuple(returns) if len(returns) > 1 else returns[0]
+
+
+def _canonical_stride(t) -> tuple:
+    """A tensor's (or Layout's) strides with size-1 dimensions' as 0."""
+    stride = t.stride() if isinstance(t, torch.Tensor) else t.stride
+    return tuple(0 if n == 1 else s for n, s in zip(t.shape, stride))
 
 
 def _true_strides(true) -> list:
