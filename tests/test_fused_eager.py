@@ -111,6 +111,31 @@ def test_mode_switch_optimizer_step_and_length_flush(monkeypatch):
         torch.testing.assert_close(y.cpu(), p.detach().cpu() * 3 + 20)
 
 
+def test_a_loop_that_never_synchronizes_repeats_a_few_segment_programs(monkeypatch):
+    """A loop body longer than CUT_AFTER, its results never read inside the loop: segments are cut
+    before the body's first op (it reads no pending value), so they repeat one structure instead of
+    starting at another phase of the body each time (cut at MAX_NODES alone: a new program each)."""
+    monkeypatch.setattr(deferred, "MAX_NODES", 64)
+    monkeypatch.setattr(deferred, "CUT_AFTER", 32)
+    x = torch.randn(16)
+
+    def body(x):
+        for _ in range(25):  # 50 ops
+            x = x * 1.001 + 0.001
+        return x
+
+    with torchneuron.eager_mode("fused"):
+        xn = x.to("neuron")
+        before = torchneuron.eager_stats()["segment_compiles"]
+        outs = [body(xn) for _ in range(30)]
+        outs = [o.cpu() for o in outs]
+        compiles = torchneuron.eager_stats()["segment_compiles"] - before
+    assert compiles <= 3, f"{compiles} segment programs for 30 runs of one loop body"
+    want = body(x)
+    for got in outs:
+        torch.testing.assert_close(got, want)
+
+
 def test_errors_are_raised_at_the_call():
     with torchneuron.eager_mode("fused"):
         a, b = torch.ones(2, 3, device="neuron"), torch.ones(4, 5, device="neuron")

@@ -15,8 +15,8 @@ Segments are cached by their structure: each node's plan function (whose identit
 shapes, dtypes and layouts) and where its inputs come from (the segment's n-th input, or node j's
 k-th output), plus which outputs are live. Never addresses: a training loop reaches a steady state
 of a few cached segments. A segment is flushed when something needs a value (a host copy, `item()`,
-a data-dependent op, a compiled graph's call, synchronize, a mode switch), or when it reaches
-MAX_NODES; `torchneuron.eager_stats()` counts segments and flush reasons, and
+a data-dependent op, a compiled graph's call, synchronize, a mode switch), or when it grows long
+(past CUT_AFTER, before an op that reads no pending value; at MAX_NODES in any case); `torchneuron.eager_stats()` counts segments and flush reasons, and
 `TORCHNEURON_LOG=flushes` prints every flush's reason.
 """
 from __future__ import annotations
@@ -38,6 +38,12 @@ from .dtypes import PYTHON_SCALAR_TYPES
 # A bounded segment: a longer one is flushed (what a pending segment holds alive stays bounded,
 # and its program compiles in bounded time).
 MAX_NODES = 1024
+# Past this length a segment is cut before the next op that reads no pending value (a loop's first
+# op on its starting tensor, a step's first op on parameters and data): cuts then fall where the
+# program's own structure puts them, so a loop that never synchronizes repeats a few segment
+# structures. Cut only at MAX_NODES, a loop of 1,000 ops would start each segment at another
+# phase of its body, every segment a new structure and a new compile.
+CUT_AFTER = MAX_NODES // 2
 _LOG_FLUSHES = "flushes" in config.LOG
 
 
@@ -172,6 +178,11 @@ def record(function, flat, device_index: int, rng_at: int = -1) -> list:
                 flush("another core")
                 segment = _segment
             segment.device = device_index
+        elif len(segment.nodes) >= CUT_AFTER and _capture["recording"] is None and _reads_nothing_pending(
+                flat, segment):
+            flush("segment length")
+            segment = _segment
+            segment.device = device_index
         refs = []
         signature = [function]
         input_index = segment.input_index
@@ -208,6 +219,13 @@ def record(function, flat, device_index: int, rng_at: int = -1) -> list:
             flush("segment length")
             return [p.value for p in held]
         return outputs
+
+
+def _reads_nothing_pending(flat, segment) -> bool:
+    for a in flat:
+        if type(a) is Pending and a.value is None and a.segment is segment:
+            return False
+    return True
 
 
 def _references(outs: list, k: int) -> int:
