@@ -121,6 +121,33 @@ def test_a_second_process_finds_the_first_ones_executables(tmp_path):
         torch.testing.assert_close(torch.tensor(run["compiled"]), torch.tanh(x @ x.T).sum(1))
 
 
+_WEIGHED_PROGRAM = """
+    import json, os, torch, torchneuron
+    from torchneuron.runtime import compilation_cache, executables
+    if os.environ.get("STORE_AS_SECONDS"):  # the first process: its compiles recorded as that long
+        store = compilation_cache.store
+        compilation_cache.store = lambda key, compiled, seconds: store(key, compiled, float(os.environ["STORE_AS_SECONDS"]))
+    x = torch.randn(7, 19).to("neuron")
+    y = torch.sinh(x).cpu()
+    tiered = [e for f, s in executables.CACHE.entries for e in [f.signatures[s]]
+              if f.name == "aten.sinh.default" and isinstance(e, executables._Tiered)]
+    print(json.dumps({"weighed": tiered[0].compile_seconds, "untraced": torchneuron.cache_stats()["untraced_loads"]}))
+"""
+
+
+def test_a_program_loaded_from_disk_weighs_its_promotion_by_its_compile_time(tmp_path):
+    """A quick program loaded from the cache loads in a few ms; its promotion to full optimisation
+    is still weighed against what compiling it cost (stored with it), or a warm process would
+    promote, and compile at full optimisation, programs the process that compiled them did not."""
+    cold = _run(_WEIGHED_PROGRAM, TORCHNEURON_CACHE_DIR=str(tmp_path), STORE_AS_SECONDS="123.0")
+    warm = _run(_WEIGHED_PROGRAM, TORCHNEURON_CACHE_DIR=str(tmp_path))
+    for run in (cold, warm):
+        assert run.returncode == 0, run.stderr[-3000:]
+    cold, warm = _last_json(cold.stdout), _last_json(warm.stdout)
+    assert cold["untraced"] == 0 and warm["untraced"] >= 1
+    assert cold["weighed"] < 100 and warm["weighed"] == 123.0
+
+
 _LINALG_PROGRAM = """
     import json, torch, torchneuron
     torch.manual_seed(0)

@@ -191,8 +191,8 @@ def _initialize_lapack() -> None:
 
 
 def load(key: str, args):
-    """The compiled executable stored under `key`, loaded onto the device of `args`, or None
-    (absent, unreadable or stale)."""
+    """(The compiled executable stored under `key`, loaded onto the device of `args`, the seconds
+    its compile took), or None (absent, unreadable or stale)."""
     store = _store()
     try:
         blob = store.get(key) if store is not None else None
@@ -200,17 +200,20 @@ def load(key: str, args):
             return None
         if _LAPACK_TARGET in blob:
             _initialize_lapack()
-        return deserialize_and_load(*pickle.loads(blob), execution_devices=[_device_of(args)])
+        serialized, seconds = pickle.loads(blob)
+        return deserialize_and_load(*serialized, execution_devices=[_device_of(args)]), seconds
     except Exception:  # noqa: BLE001  (a torn or foreign entry: compile instead; the next store replaces it)
         return None
 
 
-def store(key: str, compiled) -> None:
+def store(key: str, compiled, seconds: float) -> None:
+    """Store `compiled` under `key` with the seconds its compile took: a process that loads it
+    weighs a recompile at full optimisation by what compiling cost, not by what loading did."""
     target = _store()
     if target is None:
         return
     try:
-        target.put(key, pickle.dumps(serialize(compiled)))
+        target.put(key, pickle.dumps((serialize(compiled), seconds)))
     except Exception as e:  # noqa: BLE001  (a full disk, an unserialisable program): once, then uncached
         with _lock:
             if _directory is not None:

@@ -220,19 +220,22 @@ class ExecutableCache:
                 and _argument_bytes(args) <= _QUICK_BYTES
             options = _QUICK if quick else None
             key = compilation_cache.stored_key(function.identity, args, options) if function.identity else None
-            compiled = compilation_cache.load(key, args) if key is not None else None
-            from_disk = compiled is not None
+            loaded = compilation_cache.load(key, args) if key is not None else None
+            from_disk = loaded is not None
             self.stats["untraced_loads"] += from_disk
-            if compiled is None:
+            if loaded is None:
                 compiled, from_disk = compilation_cache.compile(function.jitted, args, options)
+                compiling = time.perf_counter() - started
                 if key is not None and not from_disk:  # (XLA:CPU: one loaded from disk serialises without its code)
-                    compilation_cache.store(key, compiled)
+                    compilation_cache.store(key, compiled, compiling)
+            else:
+                compiled, compiling = loaded
             compiled = _direct_call(compiled)
             seconds = time.perf_counter() - started
             self.stats["compile_seconds"] += seconds
             self.stats["disk_hits" if from_disk else "compiles"] += 1
-            if quick:
-                compiled = _Tiered(compiled, (function, signature), seconds)
+            if quick:  # (weighed by what a compile costs: a promotion found on disk is cheaper still)
+                compiled = _Tiered(compiled, (function, signature), max(seconds, compiling))
             size = self._entry_bytes(_resident() - before)
             function.signatures[signature] = compiled
             self.entries[(function, signature)] = size
