@@ -130,6 +130,16 @@ def test_a_growing_cache_compiles_one_attention_and_two_cat_programs_per_bucket(
     assert _bucketed_executables(torch.ops.aten.cat.default) - before[torch.ops.aten.cat.default] <= 2 * bucket_count + 2
 
 
+def test_a_cache_of_many_rows_runs_bucketed_equal_to_cpu():
+    """A cache with batch x heads = 24 rows of its growing axis: each row is read as one slice and
+    written in turn at its true offset (a loop past 16 rows)."""
+    calls = buckets.STATS["calls"]
+    ops = (lambda k: torch.softmax(k * 2, dim=-2), lambda k: k.sum(-1), lambda k: k.amax(-2, keepdim=True))
+    for op in ops:
+        _grow(range(3, 40), lambda n: ((_long(2, 12, n, 8, axis=2), 2),), op)
+    assert buckets.STATS["calls"] - calls >= 90
+
+
 def test_two_streams_padding_to_the_same_sizes_along_different_axes_stay_exact():
     # one family (sum over dim 1 of a 2-D float tensor) grows first along dim 0, then along dim 1:
     # both reach the padded sizes (16, 16), each with its own axes padded

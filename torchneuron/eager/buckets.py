@@ -30,6 +30,7 @@ import functools
 import math
 import sys
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
@@ -356,6 +357,7 @@ class BucketedPlan:
                 self.results.append(("none",))
             else:
                 raise _Refused(f"it returns a {type(out).__name__}")
+        self.result_axes = _result_axes(op, args, kwargs, outs, shapes, varying)
         self.compute_dtype = calling.compute_dtype(lowering, schema.names, margs, mkwargs)
         self.layout_flags = calling.static_flags(op, lowering, margs, mkwargs, padded_out)
         self.names = _names_of(op, args, kwargs)
@@ -396,6 +398,7 @@ class BucketedPlan:
         self.function = executables.Function(self._body, "eager", f"{op} (bucketed)", identity=identity)
         self.prototypes = [torch.empty(0, dtype=r[2], device=desc.device) if r[0] == "tensor" else None
                            for r in self.results]
+        self._seen: dict = {}  # (argument sizes, scalars) -> _true_results
 
     # ------------------------------------------------------------ tracing
     def _body(self, *flat):
@@ -419,14 +422,20 @@ class BucketedPlan:
         scalars = [jnp.asarray(s) for s in scalars]
         results = self._compute(values, scalars, true_dims)
         outputs = []
-        for r, result in zip(self.results, results):
+        for k, (r, result) in enumerate(zip(self.results, results)):
             if r[0] != "tensor":
                 continue
             shape = r[1]
             true = [sizes[at + d] for d in range(len(shape))]
             at += len(shape)
             value = jnp.broadcast_to(result, shape).astype(to_jax(r[2]))
-            outputs.append(_write_padded(value, shape, true))
+            axes = self.result_axes[k] if self.result_axes is not None else None
+            if axes == ():  # (no size of this result grows: laid out as it is)
+                outputs.append(value.reshape(-1) if shape else value.reshape(1))
+            elif axes is not None and len(axes) == 1:
+                outputs.append(_write_rows(value, shape, axes[0], true[axes[0]]))
+            else:
+                outputs.append(_write_padded(value, shape, true))
         return tuple(outputs)
 
     def _compute(self, values, scalars, true_dims):
@@ -463,19 +472,13 @@ class BucketedPlan:
     def run(self, args, kwargs, desc: CallDescription):
         """The call at its bucket: the meta kernel at the true sizes gives the results' sizes (and
         PyTorch's errors); NOT_BUCKETED if they do not fit the padded results."""
-        metas, meta_kwargs = _replace_tensors(args, kwargs, lambda i, t: torch.empty_strided(
-            t.shape, t.stride(), dtype=t.dtype, device="meta"))
-        try:
-            true_out = META_OVERRIDES.get(self.op, self.op)(*metas, **meta_kwargs)
-        except _META_ERRORS:
-            return NOT_BUCKETED  # (the exact path raises the error with its own wording)
-        true_out = true_out if len(self.op._schema.returns) > 1 else (true_out,)
         sizes = [s for t in desc.tensors for s in t.shape]
-        for r, out in zip(self.results, true_out):
+        results = self._true_results(args, kwargs, desc, sizes)
+        if results is None:
+            return NOT_BUCKETED  # (the exact path raises the meta kernel's error with its own wording)
+        for r, out in zip(self.results, results):
             if r[0] == "tensor":
-                if out.dim() != len(r[1]) or any(a > b or a == 0 for a, b in zip(out.shape, r[1])):
-                    return NOT_BUCKETED
-                sizes.extend(out.shape)
+                sizes.extend(out)
         buffers = buffers_of(desc) if desc.missing else desc.buffers
         flat = [*buffers, np.asarray(sizes, np.int64)]
         if desc.scalars and self.static_scalars is None:
@@ -483,16 +486,49 @@ class BucketedPlan:
         STATS["calls"] += 1
         outputs = iter(self.function(*flat))
         returns = []
-        for r, out, prototype in zip(self.results, true_out, self.prototypes):
+        for r, out, prototype in zip(self.results, results, self.prototypes):
             if r[0] == "tensor":
-                t = prototype.new_empty(out.shape)
+                t = prototype.new_empty(out)
                 storages.bind(t.data_ptr(), next(outputs))  # (a buffer longer than the storage's bytes)
                 returns.append(t)
-            elif r[0] == "int":
-                returns.append(int(out))
             else:
-                returns.append(None)
+                returns.append(out)
         return tuple(returns) if len(returns) > 1 else returns[0]
+
+    def _true_results(self, args, kwargs, desc: CallDescription, sizes) -> list | None:
+        """Per result, its true sizes (a tensor's), its value (an int's) or None; None where the
+        meta kernel refuses the true sizes or a result does not fit its padded size. Remembered for
+        the latest few argument sizes: a step meets each size once per layer, and for keys and
+        values alike (a (1, heads, n, d) cache's `cat` ran the meta kernel through PyTorch's Python
+        reference, ~70 us a call)."""
+        key = (tuple(sizes), tuple(desc.scalars))
+        found = self._seen.get(key, _MISSING)
+        if found is not _MISSING:
+            return found
+        metas, meta_kwargs = _replace_tensors(args, kwargs, lambda i, t: torch.empty_strided(
+            t.shape, t.stride(), dtype=t.dtype, device="meta"))
+        try:
+            true_out = META_OVERRIDES.get(self.op, self.op)(*metas, **meta_kwargs)
+        except _META_ERRORS:
+            true_out = None
+        found = None if true_out is None else []
+        axes_of = self.result_axes or [None] * len(self.results)
+        for r, out, axes in zip(self.results, true_out if len(self.op._schema.returns) > 1 else (true_out,), axes_of):
+            if found is None:
+                break
+            if r[0] == "tensor":
+                if out.dim() != len(r[1]) or any(a > b or a == 0 for a, b in zip(out.shape, r[1])) or (
+                        axes is not None and any(a != b for d, (a, b) in enumerate(zip(out.shape, r[1]))
+                                                 if d not in axes)):
+                    found = None  # (a size the program lays out as padded that is not: exact sizes)
+                else:
+                    found.append(tuple(out.shape))
+            else:
+                found.append(int(out) if r[0] == "int" else None)
+        if len(self._seen) >= 8:
+            self._seen.clear()
+        self._seen[key] = found
+        return found
 
 
 def _canonical_stride(t) -> tuple:
@@ -509,11 +545,74 @@ def _true_strides(true) -> list:
     return strides[::-1]
 
 
+def _result_axes(op, args, kwargs, outs, shapes, varying):
+    """Per result, the axes whose size grows with the call's varying sizes (those the meta kernel
+    changes when every varying size is one smaller), or None where that cannot be told."""
+    smaller = [tuple(n - 1 if v else n for n, v in zip(shape, varies)) for shape, varies in zip(shapes, varying)]
+    try:
+        args, kwargs = _replace_tensors(args, kwargs, lambda i, t: torch.empty_strided(
+            smaller[i], contiguous_stride(smaller[i]) if any(varying[i]) else t.stride(), dtype=t.dtype,
+            device="meta"))
+        shrunk = META_OVERRIDES.get(op, op)(*args, **kwargs)
+    except _META_ERRORS:
+        return None
+    shrunk = shrunk if len(op._schema.returns) > 1 else (shrunk,)
+    axes = []
+    for out, small in zip(outs, shrunk):
+        if not isinstance(out, torch.Tensor):
+            axes.append(None)
+        elif not isinstance(small, torch.Tensor) or small.dim() != out.dim():
+            return None
+        else:
+            axes.append(tuple(d for d, (a, b) in enumerate(zip(out.shape, small.shape)) if a != b))
+    return axes
+
+
+def _rows(shape, axis):
+    """(outer, padded, inner): a tensor as rows of its growing axis, `outer` of them, each
+    `padded` x `inner` elements long."""
+    return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+
+
+def _read_rows(buf, shape, axis, true):
+    """A contiguous tensor whose size along `axis` is `true` (traced), read as the padded `shape`:
+    one slice per outer index (its rows are contiguous at the true size as at the padded one), rows
+    past the true size zeroed. A gather of whole rows, where an index per element costs ~10x."""
+    outer, padded, inner = _rows(shape, axis)
+    window = padded * inner
+    need = outer * window  # (the last slice ends by (outer - 1) * true * inner + window at most)
+    if buf.shape[0] < need:  # (an exact-size buffer: slices past its end would be moved back)
+        buf = jnp.pad(buf, (0, need - buf.shape[0]))
+    starts = jnp.arange(outer, dtype=jnp.int64) * (true * inner)
+    rows = jax.vmap(lambda start: lax.dynamic_slice(buf, (start,), (window,)))(starts)
+    rows = rows.reshape(outer, padded, inner)
+    keep = lax.broadcasted_iota(jnp.int64, rows.shape, 1) < true
+    return jnp.where(keep, rows, jnp.zeros((), rows.dtype)).reshape(shape)
+
+
+def _write_rows(value, shape, axis, true):
+    """`value` (padded `shape`, growing along `axis` only) laid out densely at its true size along
+    `axis`, in a buffer of the padded size: each outer index's rows written in turn at its true
+    offset, so the next one overwrites the padding the previous one wrote past its true end."""
+    outer, padded, inner = _rows(shape, axis)
+    rows = value.reshape(outer, padded * inner)
+    out = jnp.zeros((max(outer * padded * inner, 1),), value.dtype)
+    step = true * inner
+    if outer <= 16:
+        for o in range(outer):
+            out = lax.dynamic_update_slice(out, rows[o], (o * step,))
+        return out
+    return lax.fori_loop(0, outer, lambda o, acc: lax.dynamic_update_slice(acc, rows[o], (o * step,)), out)
+
+
 def _read_padded(buf, shape, true, varies):
     """A contiguous tensor of sizes `true` (traced where they vary) read as the padded `shape`,
     zeros at the padded positions."""
     if not shape:
         return buf[0]
+    grows = [d for d, v in enumerate(varies) if v]
+    if len(grows) == 1:
+        return _read_rows(buf, shape, grows[0], true[grows[0]])
     index = 0
     for d, stride in enumerate(_true_strides(true)):
         index = index + lax.broadcasted_iota(jnp.int64, shape, d) * stride
