@@ -113,6 +113,20 @@ def test_shrunk_nested_widths_follow_the_part_they_feed():
     assert blt.encoder_hash_byte_group_vocab <= 128
 
 
+def test_shrunk_widths_named_for_a_sibling_part_follow_it():
+    # NeMo speech LM's diarization head reads the audio encoder's output; its validator checks the widths
+    # (shrink raised before: head_config.audio_hidden_size 128, audio_config.hidden_size 64).
+    diarization = _shrunk("nemo_speechlm").audio_config.diarization_config
+    assert diarization.head_config.audio_hidden_size == diarization.audio_config.hidden_size == 64
+
+
+def test_shrunk_depthwise_groups_follow_the_hidden_size():
+    from transformers import MimiModel
+    codec = _shrunk("kyutai_speech_to_text").codec_config  # Mimi upsamples with one group per channel
+    assert codec.upsample_groups == codec.hidden_size == 64
+    MimiModel(codec)  # raised before: in_channels must be divisible by groups
+
+
 def test_nested_override_adds_to_the_shrunk_part():
     config = _shrunk("dbrx")
     assert config.attn_config.rope_theta == 10000.0 and config.attn_config.clip_qkv == 8.0

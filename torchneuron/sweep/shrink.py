@@ -126,6 +126,14 @@ OVERRIDES: dict[str, dict] = {
     # not the text width it names in Qwen2-VL's configs.
     "muse_spark": {"out_hidden_size": 4 * HIDDEN},
     "muse_glimmer": {"out_hidden_size": 4 * HIDDEN},
+    # Its config validator asks the audio adaptor's intermediate size to be a quarter of the text width.
+    "fun_asr_nano": {"adaptor_config": {"intermediate_size": HIDDEN // 4}},
+    # Audio is encoded in chunks of whole acoustic-tokenizer hops (3200 samples: the product of its
+    # downsampling ratios, which the rules keep); the validator asks for a multiple of the hop.
+    "vibevoice_asr": {"acoustic_tokenizer_chunk_size": POSITIONS * 3200},
+    # Its decoder reads num_key_value_heads, which the top config class does not define (the checkpoints'
+    # config.json sets it; only the encoder's config class has it): the default model fails to build too.
+    "moonshine_streaming": {"num_key_value_heads": HEADS},
 }
 
 
@@ -143,17 +151,18 @@ def _token_id(value, vocab: int):
     return value
 
 
-def shrink_dict(d: dict, widths: frozenset = frozenset()) -> dict:
+def shrink_dict(d: dict, widths: frozenset = frozenset(), siblings: frozenset = frozenset()) -> dict:
     """The shrunk copy of a config dict (to_dict() form); nested config dicts recurse. `widths` holds the
-    hidden sizes of the enclosing config's other parts: a nested width equal to one of them (a vision
-    adapter's output width, the text model's hidden size) follows it down to HIDDEN."""
+    hidden sizes of the enclosing config's other parts and `siblings` their names (less `_config`): a
+    nested width equal to one of them (a vision adapter's output width, the text model's hidden size)
+    follows it down to HIDDEN."""
     out = dict(d)
     vocab = min(d.get("vocab_size") or VOCAB, VOCAB)
     parts = {k: v for k, v in d.items() if _is_config(k, v)}
     hiddens = {v[k] for v in parts.values() for k in _HIDDEN if isinstance(v.get(k), int)}
     for key, value in d.items():
         if _is_config(key, value):
-            out[key] = shrink_dict(value, frozenset(hiddens))
+            out[key] = shrink_dict(value, frozenset(hiddens), frozenset(k.removesuffix("_config") for k in parts))
         elif key == "head_dim" and value is None:
             out[key] = HEAD_DIM  # derived in the model as hidden // heads; some models need it set
         elif key in _KV_HEADS and value is None and "num_attention_heads" in d:
@@ -171,6 +180,9 @@ def shrink_dict(d: dict, widths: frozenset = frozenset()) -> dict:
             # decoder_hidden_size in their vision configs, Florence-2's vision projection_dim: widths that
             # feed another part of the model.
             sibling = "adapter" in key or key.startswith("hidden_size_") or key in _FEEDS
+            # A width named for a sibling part (NeMo diarization's head_config.audio_hidden_size, where the
+            # sibling is audio_config): the width that part hands over.
+            sibling = sibling or (key.endswith("_hidden_size") and key.removesuffix("_hidden_size") in siblings)
             # Nemotron-H Omni's vision_hidden_size, Kimi-K2.5's projection_hidden_size: widths of a part
             # this config holds, read where that part's output is projected.
             part = _SIZE.search(key) and value in hiddens
@@ -377,6 +389,8 @@ def _shrink_int(key: str, value: int, d: dict, vocab: int) -> int:
     hidden = next((d[k] for k in _HIDDEN if isinstance(d.get(k), int)), None)
     if _SIZE.search(key) and value == hidden:
         return HIDDEN  # a width that follows the hidden size (DeBERTa's pooler_hidden_size)
+    if key.endswith("_groups") and value == hidden:
+        return HIDDEN  # a depthwise convolution's groups, one per channel (Mimi's upsample_groups)
     if _SIZE.search(key) and value > 2 * HIDDEN:
         return 2 * HIDDEN
     return value
