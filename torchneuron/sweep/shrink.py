@@ -126,6 +126,10 @@ OVERRIDES: dict[str, dict] = {
     # not the text width it names in Qwen2-VL's configs.
     "muse_spark": {"out_hidden_size": 4 * HIDDEN},
     "muse_glimmer": {"out_hidden_size": 4 * HIDDEN},
+    # Its config derives these from the hidden size in __post_init__, then sets the full-size values the
+    # default's to_dict() carried over them: the values it derives for the shrunk sizes (64 wide, 4 heads).
+    "bros": {"dim_bbox_sinusoid_emb_2d": HIDDEN // 4, "dim_bbox_sinusoid_emb_1d": HIDDEN // 4 // 8,
+             "dim_bbox_projection": HEAD_DIM},
     # Its config validator asks the audio adaptor's intermediate size to be a quarter of the text width.
     "fun_asr_nano": {"adaptor_config": {"intermediate_size": HIDDEN // 4}},
     # Audio is encoded in chunks of whole acoustic-tokenizer hops (3200 samples: the product of its

@@ -25,6 +25,10 @@ IMAGE_TOKEN = VOCAB - 9
 # Patch-grid models whose vision tower convolves each patch as a small image (channels, patch, patch)
 # rather than projecting a flat row: Kimi-K2.5, PaddleOCR-VL.
 PATCH_IMAGES = {"kimi_k25", "paddleocr_vl"}
+# Audio models whose feature extractor widens each mel frame, by how much; no config field says it (the
+# model's input layer hardcodes it) and the extractor cannot be built here (it needs torchaudio).
+# Granite Speech 5: each frame with its delta, consecutive frames stacked in pairs (2 x 2).
+FEATURES_PER_MEL = {"granite_speech5_ctc": 4}
 # Text models that caption an image: their language-model loss skips the image positions, so it needs one.
 CAPTIONERS = {"git"}
 
@@ -67,6 +71,28 @@ def _num_labels(model) -> int:
     return model.config.num_labels
 
 
+def _boxes(config, g: torch.Generator) -> torch.Tensor:
+    """One layout box per token for document models (`bbox`): corners (x0, y0, x1, y1) with x0 <= x1 and
+    y0 <= y1 on the config's 2-D position grid (LayoutLM, LiLT, LayoutLMv3 embed coordinates and sizes
+    by index); Bros (`dim_bbox`: its box as 4 corner points, 8 values) takes them normalised to [0, 1]."""
+    grid = min(getattr(config, "max_2d_position_embeddings", None) or 1000, 1000)
+    corners = torch.randint(0, grid, (BATCH, SEQ, 2, 2), generator=g).sort(dim=-1).values  # (x or y, min/max)
+    box = corners.permute(0, 1, 3, 2).reshape(BATCH, SEQ, 4)  # x0, y0, x1, y1
+    points = getattr(config, "dim_bbox", None)
+    if points is None:
+        return box
+    x0, y0, x1, y1 = (box.float() / grid).unbind(-1)
+    quad = torch.stack([x0, y0, x1, y0, x1, y1, x0, y1], dim=-1)  # clockwise from the top left
+    return quad[..., :points]
+
+
+def _layout(model, batch: dict, g: torch.Generator) -> dict:
+    """Document models whose forward takes token boxes get one per token (Bros requires them)."""
+    if "bbox" in inspect.signature(model.forward).parameters:
+        batch["bbox"] = _boxes(model.config, g)
+    return batch
+
+
 def sequence_label_inputs(model) -> dict:
     """Rows end in eos where the config has one: encoder-decoder classifiers pool the eos position."""
     g = _generator()
@@ -75,14 +101,14 @@ def sequence_label_inputs(model) -> dict:
     if isinstance(eos, int):
         ids[:, -1] = eos
     labels = torch.randint(0, _num_labels(model), (BATCH,), generator=g)
-    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+    return _layout(model, {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}, g)
 
 
 def token_label_inputs(model) -> dict:
     g = _generator()
     ids = _ids(model, (BATCH, SEQ), g)
     labels = torch.randint(0, _num_labels(model), (BATCH, SEQ), generator=g)
-    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+    return _layout(model, {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}, g)
 
 
 def _side(value) -> tuple[int, int]:
@@ -110,16 +136,54 @@ def image_label_inputs(model) -> dict:
     labels = torch.randint(0, _num_labels(model), (BATCH,), generator=g)
     if model.main_input_name == "input_ids":
         return {"input_ids": _ids(model, (BATCH, SEQ), g), "labels": labels}
+    # Classifiers that take their pixels laid out as a vision-language tower does (SigLIP2's patch list,
+    # `spatial_shapes`) get them as LAYOUTS makes them for the first such argument their forward takes.
+    params = inspect.signature(model.forward).parameters
+    key = next((k for k in LAYOUTS if k in params), None)
+    if key is not None:
+        vision = getattr(model.config, "vision_config", None) or model.config
+        pixels, extra = LAYOUTS[key](model, vision, g)
+        return {"pixel_values": pixels, **extra, "labels": labels}
     return {"pixel_values": pixel_values(model.config, g), "labels": labels}
 
 
-def audio(model, g: torch.Generator) -> dict:
-    """The model's main audio input: a raw waveform (`input_values`) or features (`input_features`).
-    Whisper-style encoders (a fixed `max_source_positions` over mel bins) take mel bins first and
-    exactly twice that many frames; the others take frames first, one row of features each, and a
-    frame mask (Parakeet sums it for the output lengths)."""
-    config = model.config
+AUDIO_INPUTS = ("input_values", "input_features")
+
+
+def _audio_name(model) -> str:
+    """The model's audio argument: its main input, or where that is generic (`inputs`: the speech
+    encoder-decoder wrapper) or token ids (Pop2Piano, whose generate requires the audio), its encoder's
+    main input or the audio argument its generate requires."""
     name = model.main_input_name
+    if name in AUDIO_INPUTS:
+        return name
+    encoder = model.get_encoder() if hasattr(model, "get_encoder") else None
+    if getattr(encoder, "main_input_name", None) in AUDIO_INPUTS:
+        return encoder.main_input_name
+    params = inspect.signature(model.generate).parameters
+    return next((n for n in AUDIO_INPUTS if n in params and params[n].default is params[n].empty), name)
+
+
+def _feature_width(config, enc) -> int:
+    """Features per frame: the config's input width (times FEATURES_PER_MEL where the feature extractor
+    widens each mel frame), or where it has none the encoder's width."""
+    mels = getattr(enc, "num_mel_bins", None)
+    if mels and config.model_type in FEATURES_PER_MEL:
+        return mels * FEATURES_PER_MEL[config.model_type]
+    width = getattr(enc, "feature_projection_input_dim", None) or mels or getattr(enc, "feature_size", None)
+    if width or hasattr(enc, "input_feat_per_channel"):
+        return width or enc.input_feat_per_channel * getattr(enc, "input_channels", 1)
+    # No input width at all: the features enter as the encoder's embeddings (Pop2Piano's spectrogram).
+    return next((getattr(enc, k) for k in ("d_model", "hidden_size") if isinstance(getattr(enc, k, None), int)), 80)
+
+
+def audio(model, g: torch.Generator) -> dict:
+    """The model's audio input (see _audio_name): a raw waveform (`input_values`) or features
+    (`input_features`). Whisper-style encoders (a fixed `max_source_positions` over mel bins) take mel
+    bins first and exactly twice that many frames; the others take frames first, one row of features
+    each (_feature_width), and a frame mask (Parakeet sums it for the output lengths)."""
+    config = model.config
+    name = _audio_name(model)
     if name == "input_values":
         return {name: torch.randn(BATCH, AUDIO_SAMPLES, generator=g)}
     enc = getattr(config, "encoder_config", None) or getattr(config, "audio_config", None) or config
@@ -127,8 +191,7 @@ def audio(model, g: torch.Generator) -> dict:
     mels = getattr(enc, "num_mel_bins", None)
     if positions and mels:
         return {name: torch.randn(BATCH, mels, 2 * positions, generator=g)}
-    width = (getattr(enc, "feature_projection_input_dim", None) or mels or getattr(enc, "feature_size", None)
-             or getattr(enc, "input_feat_per_channel", 80) * getattr(enc, "input_channels", 1))
+    width = _feature_width(config, enc)
     features = torch.randn(BATCH, AUDIO_FRAMES, width, generator=g)
     return {name: features, "attention_mask": torch.ones(BATCH, AUDIO_FRAMES, dtype=torch.long)}
 
@@ -143,7 +206,7 @@ def ctc_inputs(model) -> dict:
 def speech_seq2seq_inputs(model) -> dict:
     """Audio and decoder labels. Audio language models whose main input is token ids (Voxtral,
     Granite Speech) take audio only behind audio tokens; they run on text alone here."""
-    if model.main_input_name == "input_ids":
+    if _audio_name(model) not in AUDIO_INPUTS:
         return text_inputs(model)
     g = _generator()
     batch = audio(model, g)

@@ -124,8 +124,12 @@ def _generate(model, batch: dict) -> list:
     prompt = {k: v.clone() for k, v in batch.items() if k != "labels"}
     model.eval()  # TRAIN_MODE models too: generation is inference (Reformer caches only in eval mode)
     # num_return_sequences is the default, 1; MusicGen's own generate reads it unset otherwise.
-    out = model.generate(**prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
-                         num_return_sequences=1)
+    kwargs = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False, num_return_sequences=1)
+    out = model.generate(**prompt, **kwargs)
+    if not isinstance(out, torch.Tensor):
+        # Text-to-speech generates return the audio (VibeVoice: a list of waveforms): compare the tokens that
+        # drove it, which they return when asked for the dict.
+        out = model.generate(**prompt, **kwargs, return_dict_in_generate=True).sequences
     return out.cpu().tolist()
 
 
