@@ -56,7 +56,7 @@ _FEEDS = ("text_hidden_size", "decoder_hidden_size", "projection_dim")
 _WIDTH_LIST = re.compile(r"(hidden_sizes|embed_dims?|conv_dim|_channels|hidden_dims|widths|_dims)$")
 _DEPTH_LIST = re.compile(r"depths?$")
 _INTERMEDIATE = re.compile(r"(intermediate|ffn|inner|d_ff|mlp_dim|mlp_hidden|moe_dim|expert_dim|ff_dim)")
-_SIZE = re.compile(r"(_size|_dim|_width|_channels)$")
+_SIZE = re.compile(r"(_size|_dim|_width|_channels|_dimension)$")  # Mimi: vector_quantization_hidden_dimension
 
 # Qwen4-Exp's indexed-attention layers need their token-selection indexer, which its defaults leave unset.
 _QWEN4_INDEXER = {"indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": HEAD_DIM, "indexer_budget": 8,
@@ -362,6 +362,9 @@ def _trim_per_layer(d: dict, out: dict) -> None:
 
 
 def _shrink_int(key: str, value: int, d: dict, vocab: int) -> int:
+    base = key.removeprefix("cross_")
+    if base in _HIDDEN or base in _HEADS or base in _KV_HEADS or base in _HEAD_DIMS:
+        key = base  # cross-attention sizes (Dia's decoder: cross_hidden_size, the encoder's width) shrink alike
     if key in _LAYERS or _LAYER_COUNT.match(key):
         return min(value, 2)
     if key in _HIDDEN:

@@ -49,10 +49,25 @@ def _ids(model, shape: tuple, g: torch.Generator) -> torch.Tensor:
     return torch.randint(3, min(_vocab(model), 100), shape, generator=g)
 
 
+def _coded_audio_inputs(model, codebooks: int) -> dict:
+    """Text-to-speech encoder-decoders that decode audio codes with a delay per codebook (Dia's
+    `delay_pattern`, one entry per codebook): text ids into the encoder, a code per codebook at each
+    decoder step (batch, steps, codebooks), and labels a row per codebook (batch * codebooks, steps)."""
+    g = _generator()
+    ids = _ids(model, (BATCH, SEQ), g)
+    vocab = getattr(model.config.get_text_config(decoder=True), "vocab_size", 100)
+    codes = torch.randint(3, min(vocab, 100), (BATCH, SEQ, codebooks), generator=g)
+    labels = codes.transpose(1, 2).reshape(BATCH * codebooks, SEQ)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "decoder_input_ids": codes, "labels": labels}
+
+
 def text_inputs(model) -> dict:
     """Token ids that are also the labels (causal and masked LM; seq2seq decodes the same ids).
     Decoders with one embedding per audio codebook (MusicGen) take one row per codebook and labels
     codebook-last."""
+    delays = getattr(model.config, "delay_pattern", None)
+    if isinstance(delays, list) and model.config.is_encoder_decoder:
+        return _coded_audio_inputs(model, len(delays))
     embeddings = model.get_input_embeddings()
     if isinstance(embeddings, torch.nn.ModuleList) and model.main_input_name == "input_ids":
         codebooks = len(embeddings)
@@ -64,7 +79,27 @@ def text_inputs(model) -> dict:
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
     if model.config.model_type in CAPTIONERS:
         batch["pixel_values"] = pixel_values(model.config, g)
+    per_token = getattr(model.config, "audio_length_per_tok", None)
+    if per_token:
+        # Streaming speech models (Voxtral Realtime) add one audio embedding to each text position and
+        # require the audio: `audio_length_per_tok` feature frames (mel bins first) per text token.
+        enc = getattr(model.config, "audio_config", None) or model.config
+        batch["input_features"] = torch.randn(BATCH, enc.num_mel_bins, SEQ * per_token, generator=g)
     return batch
+
+
+def generation_prompt(model, batch: dict, new_tokens: int) -> dict:
+    """The generate prompt: the batch without labels; the audio alone for codec-stream models
+    (_codec_streams). Streaming speech models (`audio_length_per_tok`)
+    generate one token per audio token the text has not reached, and no more: their text prompt stops
+    `new_tokens` short of the audio."""
+    prompt = {k: v.clone() for k, v in batch.items() if k != "labels"}
+    if _codec_streams(model) and "input_values" in prompt:  # not CSM's causal LM: its batch is text
+        return {"input_values": prompt["input_values"]}  # it makes the code streams from the audio itself
+    if getattr(model.config, "audio_length_per_tok", None):
+        for key in ("input_ids", "attention_mask"):
+            prompt[key] = prompt[key][:, :-new_tokens]
+    return prompt
 
 
 def _num_labels(model) -> int:
@@ -203,9 +238,30 @@ def ctc_inputs(model) -> dict:
     return batch
 
 
+def _codec_streams(model) -> bool:
+    """Speech-text models whose token ids carry an audio codec's codes beside each text token (Kyutai
+    speech-to-text: a `codec_config` and `num_codebooks` code streams), which generate makes from audio."""
+    config = model.config
+    return (getattr(config, "codec_config", None) is not None and isinstance(getattr(config, "num_codebooks", None), int)
+            and isinstance(getattr(config, "codebook_vocab_size", None), int))
+
+
+def _codec_stream_inputs(model) -> dict:
+    """Ids (batch, steps, 1 + codebooks): a text id then a code per codebook each step; text labels; and
+    the waveform generate encodes with the codec, one codec frame per step (the forward ignores it)."""
+    config, g = model.config, _generator()
+    text = _ids(model, (BATCH, SEQ, 1), g)
+    codes = torch.randint(0, min(config.codebook_vocab_size, 100), (BATCH, SEQ, config.num_codebooks), generator=g)
+    samples = SEQ * config.codec_config.frame_size
+    return {"input_ids": torch.cat([text, codes], dim=-1), "attention_mask": torch.ones(BATCH, SEQ, dtype=torch.long),
+            "labels": text[..., 0].clone(), "input_values": torch.randn(BATCH, 1, samples, generator=g)}
+
+
 def speech_seq2seq_inputs(model) -> dict:
     """Audio and decoder labels. Audio language models whose main input is token ids (Voxtral,
     Granite Speech) take audio only behind audio tokens; they run on text alone here."""
+    if _codec_streams(model):
+        return _codec_stream_inputs(model)
     if _audio_name(model) not in AUDIO_INPUTS:
         return text_inputs(model)
     g = _generator()

@@ -17,7 +17,7 @@ import traceback
 
 import torch
 
-from .tasks import TASKS, Task
+from .tasks import TASKS, Task, generation_prompt
 
 NEW_TOKENS = 3
 LOSS_RTOL = 1e-3
@@ -121,7 +121,7 @@ def _generate(model, batch: dict) -> list:
         config.pad_token_id = eos if isinstance(eos, int) else 0
     # Copies: BLIP's generate writes its start id over the prompt's first id in place, which would change
     # the batch neuron runs next.
-    prompt = {k: v.clone() for k, v in batch.items() if k != "labels"}
+    prompt = generation_prompt(model, batch, NEW_TOKENS)
     model.eval()  # TRAIN_MODE models too: generation is inference (Reformer caches only in eval mode)
     # num_return_sequences is the default, 1; MusicGen's own generate reads it unset otherwise.
     kwargs = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False, num_return_sequences=1)
