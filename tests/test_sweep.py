@@ -155,6 +155,64 @@ def test_musicgen_builds_its_decoder_with_codebook_rows():
     assert model(**batch).loss.isfinite()
 
 
+def test_shrunk_cross_attention_and_dimension_sizes_follow_their_kin():
+    dia = _shrunk("dia").decoder_config  # cross-attention reads the encoder's (shrunk) width
+    assert (dia.cross_hidden_size, dia.cross_head_dim) == (64, 16)
+    assert dia.cross_num_attention_heads % dia.cross_num_key_value_heads == 0
+    codec = _shrunk("kyutai_speech_to_text").codec_config  # Mimi's quantizer projects to the codebook width
+    assert codec.vector_quantization_hidden_dimension == codec.codebook_dim
+
+
+def test_document_models_get_a_box_per_token():
+    from types import SimpleNamespace
+
+    from torchneuron.sweep.tasks import _boxes
+    g = torch.Generator().manual_seed(0)
+    box = _boxes(SimpleNamespace(max_2d_position_embeddings=128), g)  # LayoutLM: indices on its 2-D grid
+    assert box.shape == (2, 8, 4) and box.dtype == torch.long and 0 <= box.min() and box.max() < 128
+    assert (box[..., 2] >= box[..., 0]).all() and (box[..., 3] >= box[..., 1]).all()  # sizes index embeddings
+    quad = _boxes(SimpleNamespace(dim_bbox=8), g)  # Bros: four corner points, normalised
+    assert quad.shape == (2, 8, 8) and quad.is_floating_point() and 0 <= quad.min() and quad.max() <= 1
+    assert "bbox" not in TASKS["token-classification"].inputs(_built("bert", "token-classification"))
+
+
+def _built(name: str, task: str):
+    from torchneuron.sweep.worker import build
+    return build(name, TASKS[task])
+
+
+def test_audio_inputs_follow_the_model():
+    wrapper = _built("speech-encoder-decoder", "speech-seq2seq")  # main input `inputs`: its encoder's input
+    assert set(TASKS["speech-seq2seq"].inputs(wrapper)) == {"input_values", "labels"}
+    granite = TASKS["ctc"].inputs(_built("granite_speech5_ctc", "ctc"))  # mel frame + delta, pairs stacked
+    assert granite["input_features"].shape[-1] == 4 * 80
+    pop = _built("pop2piano", "speech-seq2seq")  # token-id main input, but its generate requires the audio
+    assert TASKS["speech-seq2seq"].inputs(pop)["input_features"].shape[-1] == pop.config.d_model
+
+
+def test_speech_models_generate_from_the_audio_they_stream():
+    from torchneuron.sweep.tasks import generation_prompt
+    spec = TASKS["speech-seq2seq"]
+    voxtral = _built("voxtral_realtime", "speech-seq2seq")  # an audio embedding added at every text position
+    batch = spec.inputs(voxtral)
+    assert batch["input_features"].shape[-1] == 8 * voxtral.config.audio_length_per_tok
+    assert generation_prompt(voxtral, batch, 3)["input_ids"].shape == (2, 5)  # 3 audio tokens left to generate
+    kyutai = _built("kyutai_speech_to_text", "speech-seq2seq")  # a text id and a code per codebook each step
+    batch = spec.inputs(kyutai)
+    assert batch["input_ids"].shape == (2, 8, 1 + kyutai.config.num_codebooks) and batch["labels"].shape == (2, 8)
+    assert set(generation_prompt(kyutai, batch, 3)) == {"input_values"}
+    dia = _built("dia", "speech-seq2seq")  # text in, audio codes out with a delay per codebook
+    batch = spec.inputs(dia)
+    codebooks = len(dia.config.delay_pattern)
+    assert batch["decoder_input_ids"].shape == (2, 8, codebooks) and batch["labels"].shape == (2 * codebooks, 8)
+    assert torch.equal(batch["labels"][1], batch["decoder_input_ids"][0, :, 1])  # row 1: codebook 1 of item 0
+
+
+def test_image_classifiers_take_the_layout_their_forward_names():
+    batch = TASKS["image-classification"].inputs(_built("siglip2", "image-classification"))
+    assert batch["pixel_values"].dim() == 3 and batch["spatial_shapes"].tolist() == [[4, 4]] * 2
+
+
 def test_train_mode_models_and_captioners():
     from torchneuron.sweep.worker import TRAIN_MODE, build
     assert "rwkv" in TRAIN_MODE and build("rwkv", TASKS["causal-lm"]).training
