@@ -72,7 +72,7 @@ def run(schema: OpSchema, plans: dict, args, kwargs):
         return _hook[1](schema, plans, args, kwargs, _run_described)
     if urgent.value:  # storages.maybe_drain, without the call
         storages.drain()
-    if not kwargs and len(args) <= schema.leading_tensors:
+    if not kwargs and len(args) <= schema.leading_operands:
         result = _run_in_one_pass(schema, plans, args)
         if result is not None:
             return result
@@ -99,8 +99,8 @@ def _run_in_one_pass(schema: OpSchema, plans: dict, args):
             kind = type(t)
             if kind is not float and kind is not int and kind is not bool:
                 return None
-            # a Python scalar (`x * 1.001`), keyed as `describe` keys it
-            entries.append(("py", kind))  # (leading arguments are all of Tensor kind)
+            # a Python scalar (`x * 1.001`, `x.pow(2)`), keyed as `describe` keys it
+            entries.append(kind if position in schema.scalar_args else ("py", kind))
             scalars = [*scalars, t]
             continue
         i = t.get_device()

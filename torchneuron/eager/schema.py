@@ -31,7 +31,10 @@ class OpSchema:
     # Whether conj/neg-bit views reach the kernel as they are: only for ops with their own
     # Conjugate or Negative kernel (copy_, clone, mm, ...); PyTorch resolves them for the rest.
     math_bits: bool
-    leading_tensors: int  # how many arguments from the first are tensors (add: 2, sum: 1)
+    # how many arguments from the first are tensors or scalars (add: 2, sum: 1, pow.Tensor_Scalar: 2),
+    # and which of them are scalars: the eager driver's one-pass path takes calls of just those
+    leading_operands: int
+    scalar_args: frozenset
 
     @property
     def mutates(self) -> bool:
@@ -49,6 +52,7 @@ def parse(op: torch._ops.OpOverload) -> OpSchema:
     functional = functional_variant(op, written, out_args)
     lowering = LOWERINGS.get(functional) if functional is not None else None
     kinds = [kind_of(a, lowering.traced if lowering is not None else ()) for a in args]
+    leading = next((i for i, k in enumerate(kinds) if k is not Kind.TENSOR and k is not Kind.SCALAR), len(kinds))
     aliases = []
     view = False
     for r in s.returns:
@@ -60,8 +64,8 @@ def parse(op: torch._ops.OpOverload) -> OpSchema:
         aliases.append(match[0] if match else None)
         view = view or not r.alias_info.is_write
     return OpSchema(op, names, kinds, dict(zip(names, kinds)), written, out_args, aliases,
-                    functional, view, _sees_math_bits(op),
-                    next((i for i, k in enumerate(kinds) if k is not Kind.TENSOR), len(kinds)))
+                    functional, view, _sees_math_bits(op), leading,
+                    frozenset(i for i in range(leading) if kinds[i] is Kind.SCALAR))
 
 
 def _sees_math_bits(op: torch._ops.OpOverload) -> bool:
