@@ -273,3 +273,15 @@ def test_shrunk_vision_language_sizes_stay_consistent():
     assert _shrunk("nemotron_h_omni").vision_hidden_size == HIDDEN == _shrunk("inkling2").vision_config.text_hidden_size
     formula = _shrunk("pp_formulanet")  # its vision decoder width feeds the text decoder's cross-attention
     assert formula.vision_config.decoder_hidden_size == formula.text_config.d_model == HIDDEN
+
+
+def test_shrunk_vision_tables_follow_the_shrunk_tower():
+    from torchneuron.sweep.shrink import HIDDEN
+    aria = _shrunk("aria")  # its projector's query table is keyed by the tower's patch count
+    vision = aria.vision_config
+    assert list(aria.projector_patch_to_query_dict) == [(vision.image_size // vision.patch_size) ** 2]
+    assert aria.max_value_projector_patch_to_query_dict == 16
+    hybrid = _shrunk("deepseek_vl_hybrid").high_res_vision_config  # global layers inside the shrunk encoder
+    assert hybrid.global_attn_indexes and all(i < hybrid.num_hidden_layers for i in hybrid.global_attn_indexes)
+    ocr = _shrunk("unlimited_ocr").vision_config  # the SAM stage that feeds the vision encoder is its width
+    assert ocr.sam_config.downsample_channels[-1] == ocr.encoder_config.hidden_size == HIDDEN

@@ -138,6 +138,9 @@ OVERRIDES: dict[str, dict] = {
     # Its decoder reads num_key_value_heads, which the top config class does not define (the checkpoints'
     # config.json sets it; only the encoder's config class has it): the default model fails to build too.
     "moonshine_streaming": {"num_key_value_heads": HEADS},
+    # Step3p7's text model builds a sliding-window mask whatever its layer types; the default config
+    # leaves the window unset (the checkpoints set it).
+    "step3p7": {"text_config": {"sliding_window": 8}},
 }
 
 
@@ -176,7 +179,7 @@ def shrink_dict(d: dict, widths: frozenset = frozenset(), siblings: frozenset = 
         elif isinstance(value, dict) and _int_list(value.get("mrope_section")):
             out[key] = {**value, "mrope_section": _mrope(value["mrope_section"])}
         elif _int_list(value):
-            out[key] = _shrink_list(key, value)
+            out[key] = _shrink_list(key, value, widths)
         elif isinstance(value, bool) or not isinstance(value, int):
             continue
         else:
@@ -205,8 +208,31 @@ def shrink_dict(d: dict, widths: frozenset = frozenset(), siblings: frozenset = 
     _derived_head_dims(d, out)
     _mamba_heads(out)
     _feature_layers(out)
+    _global_layers(out)
     _pinpoints(d, out)
+    _patch_queries(out)
     return out
+
+
+def _global_layers(d: dict) -> None:
+    """SAM-style encoders list their global-attention layers by index (2, 5, 8, 11 of twelve), and
+    DeepSeek-VL hybrid reads the hidden state of the first: indices past the shrunk layer count are
+    dropped, and where none is left the last layer is the global one."""
+    layers = next((d[k] for k in _LAYERS if isinstance(d.get(k), int)), None)
+    for key in [k for k in d if k.endswith("global_attn_indexes")]:
+        if layers is not None and _int_list(d[key]):
+            d[key] = [i for i in d[key] if i < layers] or [layers - 1]
+
+
+def _patch_queries(d: dict) -> None:
+    """Aria's projector maps the vision tower's patch count to its number of queries through a table
+    keyed by the full-size counts (35 x 35 and 70 x 70 patches): re-keyed to the shrunk image's count."""
+    vision = d.get("vision_config")
+    for key in [k for k, v in d.items() if k.endswith("patch_to_query_dict") and isinstance(v, dict)]:
+        if isinstance(vision, dict) and isinstance(vision.get("image_size"), int) \
+                and isinstance(vision.get("patch_size"), int):
+            d[key] = {(vision["image_size"] // vision["patch_size"]) ** 2: 16}
+            d.pop(f"max_value_{key}", None)  # derived from the table (the query parameter's rows)
 
 
 def _pinpoints(d: dict, out: dict) -> None:
@@ -324,7 +350,7 @@ def _int_list(value) -> bool:
                                                           for v in value)
 
 
-def _shrink_list(key: str, value: list) -> list:
+def _shrink_list(key: str, value: list, widths: frozenset = frozenset()) -> list:
     if key in _IMAGE_SIZES:
         return [min(v, IMAGE) for v in value]
     if _DEPTH_LIST.search(key):
@@ -332,7 +358,9 @@ def _shrink_list(key: str, value: list) -> list:
     if key in _HEADS or _HEAD_COUNT.match(key):
         return [1 << (min(v, HEADS).bit_length() - 1) if v > 0 else v for v in value]  # powers of two divide widths
     if _WIDTH_LIST.search(key):
-        return [min(v, 2 * HIDDEN) for v in value]
+        # A stage as wide as another part of the enclosing config feeds it (Unlimited-OCR's SAM encoder
+        # downsamples to its vision encoder's width): it follows that part down to HIDDEN.
+        return [HIDDEN if v in widths else min(v, 2 * HIDDEN) for v in value]
     return value
 
 
