@@ -141,6 +141,9 @@ OVERRIDES: dict[str, dict] = {
     # Step3p7's text model builds a sliding-window mask whatever its layer types; the default config
     # leaves the window unset (the checkpoints set it).
     "step3p7": {"text_config": {"sliding_window": 8}},
+    # Pix2Struct's attention output layer is hidden_size wide, so heads times d_kv must equal the hidden
+    # size (12 x 64 = 768 by default); d_kv is not among the head dims the rules shrink (T5 keeps its 64).
+    "pix2struct": {"text_config": {"d_kv": HEAD_DIM}, "vision_config": {"d_kv": HEAD_DIM}},
 }
 
 
@@ -215,13 +218,22 @@ def shrink_dict(d: dict, widths: frozenset = frozenset(), siblings: frozenset = 
 
 
 def _global_layers(d: dict) -> None:
-    """SAM-style encoders list their global-attention layers by index (2, 5, 8, 11 of twelve), and
-    DeepSeek-VL hybrid reads the hidden state of the first: indices past the shrunk layer count are
-    dropped, and where none is left the last layer is the global one."""
+    """Layer indices in a config that lists some of its own layers. SAM-style encoders list their
+    global-attention layers (2, 5, 8, 11 of twelve), and DeepSeek-VL hybrid reads the hidden state of the
+    first: indices past the shrunk layer count are dropped, and where none is left the last layer is the
+    global one."""
     layers = next((d[k] for k in _LAYERS if isinstance(d.get(k), int)), None)
     for key in [k for k in d if k.endswith("global_attn_indexes")]:
         if layers is not None and _int_list(d[key]):
             d[key] = [i for i in d[key] if i < layers] or [layers - 1]
+    # Mllama's vision tower concatenates its last hidden state and those of its intermediate_layers_indices
+    # (3 to 30): they move inside the shrunk tower, keeping their count, and its vision_output_dim stays
+    # the hidden size times that count plus one (1280 x 6 = 7680 by default).
+    for key in [k for k in d if k.endswith("intermediate_layers_indices")]:
+        if layers is not None and _int_list(d[key]):
+            d[key] = [min(i, layers - 1) for i in d[key]]
+            if isinstance(d.get("vision_output_dim"), int) and isinstance(d.get("hidden_size"), int):
+                d["vision_output_dim"] = d["hidden_size"] * (len(d[key]) + 1)
 
 
 def _patch_queries(d: dict) -> None:

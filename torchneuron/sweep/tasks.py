@@ -31,6 +31,12 @@ PATCH_IMAGES = {"kimi_k25", "paddleocr_vl"}
 FEATURES_PER_MEL = {"granite_speech5_ctc": 4}
 # Text models that caption an image: their language-model loss skips the image positions, so it needs one.
 CAPTIONERS = {"git"}
+# Tiled models whose pixel_attention_mask marks the real tiles (batch, tiles), not each tile's pixels:
+# Granite Docling.
+TILE_MASKS = {"granite_docling"}
+# Frames per clip for models that read images only as video (InstructBLIP-Video): two, so that a clip's
+# image tokens (frames x 32 Q-Former queries) and the text fit the shrunk 128 positions.
+FRAMES = 2
 
 
 def _generator() -> torch.Generator:
@@ -324,7 +330,8 @@ def _tiles(config, g: torch.Generator) -> tuple[torch.Tensor, dict]:
     """Idefics2-style inputs: a list of tiles per row (one tile each here) and a mask over each tile's
     pixels (none padded)."""
     pixels = pixel_values(config, g).unsqueeze(1)
-    return pixels, {"pixel_attention_mask": torch.ones(BATCH, 1, *pixels.shape[-2:], dtype=torch.bool)}
+    mask = (BATCH, 1) if config.model_type in TILE_MASKS else (BATCH, 1, *pixels.shape[-2:])
+    return pixels, {"pixel_attention_mask": torch.ones(mask, dtype=torch.bool)}
 
 
 def _packed_patches(vision, g: torch.Generator) -> tuple[torch.Tensor, dict]:
@@ -347,6 +354,14 @@ def _anyres_tiles(model, g: torch.Generator) -> tuple[torch.Tensor, dict]:
     return pixels, {"image_sizes": sizes}
 
 
+def _flat_patches(config, g: torch.Generator) -> tuple[torch.Tensor, dict]:
+    """Fuyu-style inputs: each image as its patches, every patch's pixels flattened into one row (the
+    model embeds them with a linear layer, no vision tower)."""
+    side = _side(getattr(config, "image_size", IMAGE))[0] // config.patch_size
+    width = config.num_channels * config.patch_size ** 2
+    return torch.randn(BATCH, side * side, width, generator=g), {}
+
+
 # How get_image_features wants its pixels, keyed by the argument or config field that tells (the first
 # one the model has wins); models with none of these get plain images of the config's size.
 LAYOUTS: dict[str, Callable] = {
@@ -356,7 +371,11 @@ LAYOUTS: dict[str, Callable] = {
     "target_sizes": lambda model, vision, g: _packed_patches(vision, g),
     "image_grid_pinpoints": lambda model, vision, g: _anyres_tiles(model, g),
     "pixel_attention_mask": lambda model, vision, g: _tiles(model.config, g),
+    # Fuyu's forward still takes its patches under their older name (its get_image_features names none).
+    "image_patches": lambda model, vision, g: _flat_patches(model.config, g),
 }
+# LAYOUTS keys looked up in the forward's arguments too, where get_image_features names only pixel_values.
+_FORWARD_LAYOUTS = {"image_patches"}
 
 # Further inputs get_image_features asks for, keyed by argument name: each made from the pixels, the
 # vision config and the generator.
@@ -368,37 +387,48 @@ EXTRAS: dict[str, Callable] = {
     # DeepSeek-VL hybrid: the same images again for its high-resolution tower, at that tower's size.
     "high_res_pixel_values": lambda pixels, vision, g: pixel_values(vision.high_res_vision_config, g)
     if hasattr(vision, "high_res_vision_config") else pixels,
+    # UDOP lays text out on the page: one normalised (x0, y0, x1, y1) box per text token.
+    "bbox": lambda pixels, vision, g: _boxes(g),
 }
 
 
-def _vision_api(model):
-    """The module with the model's get_image_features: the model itself, or its base model (DeepSeek-VL,
-    Janus and Fuyu define it only there); None for models that take no image tokens."""
+def _boxes(g: torch.Generator) -> torch.Tensor:
+    corners = torch.rand(BATCH, SEQ, 2, 2, generator=g).sort(dim=2).values  # x0 <= x1, y0 <= y1
+    return corners.reshape(BATCH, SEQ, 4)  # (x0, y0), (x1, y1)
+
+
+def _vision_api(model, method: str = "get_image_features"):
+    """The module with the model's get_image_features (or `method`): the model itself, or its base model
+    (DeepSeek-VL, Janus and Fuyu define it only there); None for models that take no image tokens."""
     for module in (model, getattr(model, "model", None)):
-        if hasattr(module, "get_image_features"):
+        if hasattr(module, method):
             return module
     return None
 
 
-def _image_params(model) -> set[str]:
+def _image_params(model, method: str = "get_image_features") -> set[str]:
     """The arguments of the model's get_image_features, and those its base model's requires: wrappers
     pass on **kwargs, so the inner one (Video-LLaMA 3's) may ask for more. Not the inner one's optional
     ones, nor the forward's: LLaVA's take image_sizes only for other vision towers than the one it has."""
-    api = _vision_api(model)
-    params = set(inspect.signature(api.get_image_features).parameters)
+    api = _vision_api(model, method)
+    params = set(inspect.signature(getattr(api, method)).parameters)
     inner = getattr(api, "model", None)
-    if hasattr(inner, "get_image_features"):
-        params |= {n for n, p in inspect.signature(inner.get_image_features).parameters.items()
+    if hasattr(inner, method):
+        params |= {n for n, p in inspect.signature(getattr(inner, method)).parameters.items()
                    if p.default is p.empty and p.kind is p.POSITIONAL_OR_KEYWORD}
     return params
 
 
-def vision_inputs(model, g: torch.Generator) -> dict:
-    """Pixels laid out as get_image_features asks (grids, patch lists, tiles) plus its further inputs."""
-    params = _image_params(model)
+def vision_inputs(model, g: torch.Generator, method: str = "get_image_features") -> dict:
+    """Pixels laid out as get_image_features asks (grids, patch lists, tiles) plus its further inputs;
+    clips of FRAMES frames for get_video_features."""
+    params = _image_params(model, method)
+    params |= _FORWARD_LAYOUTS & set(inspect.signature(model.forward).parameters)
     vision = getattr(model.config, "vision_config", None) or model.config
     layout = next((LAYOUTS[k] for k in LAYOUTS if k in params or getattr(model.config, k, None)), None)
     pixels, extra = layout(model, vision, g) if layout else (pixel_values(model.config, g), {})
+    if method == "get_video_features":
+        pixels = torch.randn(BATCH, FRAMES, *pixels.shape[1:], generator=g)
     extra.update({k: make(pixels, vision, g) for k, make in EXTRAS.items() if k in params and k not in extra})
     return {"pixel_values": pixels, **extra}
 
@@ -408,23 +438,50 @@ def _image_token(config):
     return token if token is not None else getattr(config, "image_token_index", None)
 
 
+def _video_token(config):
+    token = getattr(config, "video_token_id", None)
+    return token if token is not None else getattr(config, "video_token_index", None)
+
+
+# Arguments that place image features by a mask over the text positions instead of an image token, and
+# the config field that counts the rows (Kosmos-2: its resampler's latent queries; it has no
+# get_image_features to count them with).
+POSITION_MASKS = {"image_embeds_position_mask": "latent_query_num"}
+
+
 @torch.no_grad()
 def image_text_inputs(model) -> dict:
     """Images plus text that starts with one image token per image feature row: the count comes from
-    running the model's own vision path once, so no per-model token arithmetic. Models with no image
-    token (BLIP, GIT, vision encoder-decoders) take the images whole and caption them: text labels."""
-    token = _image_token(model.config)
-    if token is None or _vision_api(model) is None:
+    running the model's own vision path once, so no per-model token arithmetic. Models that read images
+    only as video (InstructBLIP-Video: get_video_features and a video token) get clips behind video tokens;
+    models that place the features by a position mask (POSITION_MASKS) get the mask over those rows.
+    Models with no image token (BLIP, GIT, vision encoder-decoders) take the images whole and caption
+    them: text labels."""
+    config = model.config
+    token, method = _image_token(config), "get_image_features"
+    if _vision_api(model) is None and _video_token(config) is not None and _vision_api(model, "get_video_features"):
+        token, method = _video_token(config), "get_video_features"
+    forward = inspect.signature(model.forward).parameters
+    position_mask = next((k for k in POSITION_MASKS if k in forward), None)
+    if position_mask is not None and token is None:
+        g = _generator()
+        vision, n = {"pixel_values": pixel_values(config, g)}, getattr(config, POSITION_MASKS[position_mask])
+    elif token is None or _vision_api(model, method) is None:
         return _caption_inputs(model)
-    g = _generator()
-    vision = vision_inputs(model, g)
-    n = _image_token_count(_vision_api(model).get_image_features(**vision))
+    else:
+        g = _generator()
+        vision = vision_inputs(model, g, method)
+        n = _image_token_count(getattr(_vision_api(model, method), method)(**vision))
     text = _ids(model, (BATCH, SEQ), g)
-    text[text == token] += 1  # Mistral 3's image token (10) is among the text ids: no stray image tokens
-    ids = torch.cat([torch.full((BATCH, n), token), text], dim=1)
+    if token is not None:
+        text[text == token] += 1  # Mistral 3's image token (10) is among the text ids: no stray image tokens
+    image = torch.full((BATCH, n), token) if token is not None else _ids(model, (BATCH, n), g)
+    ids = torch.cat([image, text], dim=1)
     labels = torch.cat([torch.full((BATCH, n), -100), text], dim=1)
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), **vision, "labels": labels}
-    if "mm_token_type_ids" in inspect.signature(model.forward).parameters:
+    if position_mask is not None:
+        batch[position_mask] = torch.arange(ids.shape[1]).expand(BATCH, -1) < n
+    if "mm_token_type_ids" in forward:
         batch["mm_token_type_ids"] = (ids == token).long()  # Qwen2-VL's M-RoPE: 1 marks image tokens
     return batch
 
@@ -436,6 +493,27 @@ def _flattened_patches(vision, g: torch.Generator) -> torch.Tensor:
     rows, cols = torch.meshgrid(torch.arange(side), torch.arange(side), indexing="ij")
     where = torch.stack([rows.flatten(), cols.flatten()], dim=-1).float().expand(BATCH, -1, -1)
     return torch.cat([where, torch.randn(BATCH, side * side, width, generator=g)], dim=-1)
+
+
+def _tile_cross_attention(config, pixels: torch.Tensor, g: torch.Generator) -> dict:
+    """Mllama: each row one image of max_num_tiles tiles, the first real (aspect ratio id 1 is 1 x 1), and
+    every text token attending to that tile."""
+    tiles = config.vision_config.max_num_tiles
+    real = torch.arange(tiles) < 1
+    return {"pixel_values": torch.randn(BATCH, 1, tiles, *pixels.shape[1:], generator=g),
+            "aspect_ratio_ids": torch.ones(BATCH, 1, dtype=torch.long),
+            "aspect_ratio_mask": real.long().expand(BATCH, 1, tiles).clone(),
+            "cross_attention_mask": real.long().expand(BATCH, SEQ, 1, tiles).clone()}
+
+
+# Models that read their images through cross-attention from the text (no image tokens), keyed by the
+# forward's argument that says which text positions see which images: a list of one image per row.
+CROSS_ATTENTION: dict[str, Callable] = {
+    "cross_attention_mask": _tile_cross_attention,
+    # IDEFICS: images (batch, images, channels, height, width), a text x images mask.
+    "image_attention_mask": lambda config, pixels, g: {
+        "pixel_values": pixels.unsqueeze(1), "image_attention_mask": torch.ones(BATCH, SEQ, 1, dtype=torch.long)},
+}
 
 
 # The image input of captioning models, keyed by its argument name (the first the forward takes wins).
@@ -459,6 +537,9 @@ def _caption_inputs(model) -> dict:
     if "input_ids" in params:
         batch.update(input_ids=ids, attention_mask=torch.ones_like(ids))
     batch.update({k: make(pixels, vision, g) for k, make in EXTRAS.items() if k in params})
+    cross = next((k for k in CROSS_ATTENTION if k in params), None)
+    if cross is not None and pixels is not None:
+        batch.update(CROSS_ATTENTION[cross](model.config, pixels, g))
     return batch
 
 
@@ -483,9 +564,12 @@ def classifier_config(config) -> None:
 
 def image_text_config(config) -> None:
     """Configs that leave the image token unset (BLIP-2, InstructBLIP, Nemotron-H Omni: their checkpoints
-    set it) get one inside the small vocabulary; encoder-decoders get their decoder's start (UDOP)."""
-    key = next((k for k in ("image_token_id", "image_token_index") if hasattr(config, k)), None)
-    if key is not None and _image_token(config) is None:
+    set it) get one inside the small vocabulary, as do video-only ones their video token (InstructBLIP-Video);
+    encoder-decoders get their decoder's start (UDOP)."""
+    image = next((k for k in ("image_token_id", "image_token_index") if hasattr(config, k)), None)
+    video = next((k for k in ("video_token_id", "video_token_index") if hasattr(config, k)), None)
+    key, token = (image, _image_token(config)) if image else (video, _video_token(config) if video else None)
+    if key is not None and token is None:
         setattr(config, key, IMAGE_TOKEN)
     if getattr(config, "is_encoder_decoder", False):
         decoder_start(config)
