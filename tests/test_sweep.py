@@ -285,3 +285,44 @@ def test_shrunk_vision_tables_follow_the_shrunk_tower():
     assert hybrid.global_attn_indexes and all(i < hybrid.num_hidden_layers for i in hybrid.global_attn_indexes)
     ocr = _shrunk("unlimited_ocr").vision_config  # the SAM stage that feeds the vision encoder is its width
     assert ocr.sam_config.downsample_channels[-1] == ocr.encoder_config.hidden_size == HIDDEN
+
+
+def test_shrunk_configs_keep_derived_sizes():
+    from torchneuron.sweep.shrink import HIDDEN
+    vision = _shrunk("mllama").vision_config  # hidden states of 5 intermediate layers plus the last
+    assert all(i < vision.num_hidden_layers for i in vision.intermediate_layers_indices)
+    assert vision.vision_output_dim == vision.hidden_size * (len(vision.intermediate_layers_indices) + 1)
+    molmo = _shrunk("molmo2")  # a position row per patch; the image token under its own name, in the vocab
+    assert molmo.vision_config.num_position_embeddings == (64 // molmo.vision_config.patch_size) ** 2
+    assert molmo.image_token_id < molmo.text_config.vocab_size
+    ocr = _shrunk("deepseek_ocr2").vision_config  # an override two configs deep keeps the rest of the part
+    assert ocr.sam_config.downsample_channels[-1] == ocr.encoder_config.hidden_size == HIDDEN
+    assert ocr.sam_config.hidden_size == HIDDEN
+    text = _shrunk("pix2struct").text_config  # its attention output layer is hidden_size wide
+    assert text.num_heads * text.d_kv == text.hidden_size
+
+
+@pytest.mark.parametrize("name,keys", [
+    ("fuyu", {"pixel_values": (2, 4, 2700)}),  # flat patches
+    ("molmo2", {"image_token_pooling": (8, 4), "image_grids": (2, 4)}),  # 2 x 2 pooled patches per token
+    ("inkling_mm_model", {"pixel_values": (8, 2, 40, 40, 3)}),  # one two-frame clip per token
+    ("inkling2", {"pixel_values": (8, 40, 40, 3), "image_grid_thw": (2, 3)}),  # grid in tokens
+    ("granite_docling", {"pixel_attention_mask": (2, 1)}),  # a mask over tiles
+    ("instructblipvideo", {"pixel_values": (2, 2, 3, 64, 64)}),  # two-frame clips behind video tokens
+    ("kosmos-2", {"image_embeds_position_mask": (2, 72)}),  # 64 latent queries placed by a mask
+    ("idefics", {"pixel_values": (2, 1, 3, 64, 64), "image_attention_mask": (2, 8, 1)}),  # cross-attention
+    ("mllama", {"pixel_values": (2, 1, 4, 3, 64, 64), "cross_attention_mask": (2, 8, 1, 4)}),
+    ("udop", {"bbox": (2, 8, 4)}),  # a box per text token
+])
+def test_image_text_inputs_follow_the_model(name, keys):
+    from torchneuron.sweep.worker import build
+    spec = TASKS["image-text-to-text"]
+    model = build(name, spec)
+    batch = spec.inputs(model)
+    assert {k: tuple(batch[k].shape) for k in keys} == keys
+    if "image_embeds_position_mask" in batch:  # the mask marks exactly the rows that take no labels
+        assert (batch["image_embeds_position_mask"] == (batch["labels"] == -100)).all()
+    if "bbox" in batch:
+        assert (batch["bbox"][..., :2] <= batch["bbox"][..., 2:]).all()
+    with torch.no_grad():
+        assert model(**batch).loss.isfinite()

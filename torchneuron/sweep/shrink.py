@@ -109,8 +109,11 @@ OVERRIDES: dict[str, dict] = {
     "xlstm": {"hidden_size": 128, "embedding_dim": 128, "num_blocks": 2, "chunk_size": 64},
     "cohere_compass": {"text_config": {"rope_parameters": {"full_attention": {"rope_type": "default",
                                                                           "rope_theta": 10000.0}}}},
-    # Unset by default, indexed per layer by the model (the checkpoints list it): one dense, one sparse.
-    "deepseek_ocr2": {"text_config": {"mlp_layer_types": ["dense", "sparse"]}},
+    # Unset by default, indexed per layer by the model (the checkpoints list it): one dense, one sparse. Its
+    # SAM encoder downsamples to 896 channels, its checkpoints' vision-encoder width, while the default
+    # encoder is 4096 wide: the last stage is the encoder's width.
+    "deepseek_ocr2": {"text_config": {"mlp_layer_types": ["dense", "sparse"]},
+                      "vision_config": {"sam_config": {"downsample_channels": [2 * HIDDEN, HIDDEN]}}},
     # Its modeling code defaults mrope_section to the full-size [16, 24, 24] where its config has none, and
     # the config does not flag the key as one _set_mrope fills: sections for the shrunk head_dim.
     "paddleocr_vl": {"text_config": {"rope_parameters": {"rope_type": "default", "rope_theta": 500000.0,
@@ -138,6 +141,9 @@ OVERRIDES: dict[str, dict] = {
     # Its decoder reads num_key_value_heads, which the top config class does not define (the checkpoints'
     # config.json sets it; only the encoder's config class has it): the default model fails to build too.
     "moonshine_streaming": {"num_key_value_heads": HEADS},
+    # Molmo2's adapter emits text_hidden_size-wide features (3584 by default) into its text model (4096 wide
+    # by default; the checkpoints match them): the adapter feeds the shrunk text width.
+    "molmo2": {"adapter_config": {"text_hidden_size": HIDDEN}},
     # Step3p7's text model builds a sliding-window mask whatever its layer types; the default config
     # leaves the window unset (the checkpoints set it).
     "step3p7": {"text_config": {"sliding_window": 8}},
@@ -214,7 +220,24 @@ def shrink_dict(d: dict, widths: frozenset = frozenset(), siblings: frozenset = 
     _global_layers(out)
     _pinpoints(d, out)
     _patch_queries(out)
+    _patch_positions(d, out)
     return out
+
+
+def _patches(c: dict) -> int | None:
+    """The patch count of a vision config's image (image_size over patch_size per side); None if unknown."""
+    size, patch = c.get("image_size"), c.get("patch_size")
+    sides = [size, size] if isinstance(size, int) else size
+    if not isinstance(patch, int) or not _int_list(sides) or len(sides) != 2:
+        return None
+    return (sides[0] // patch) * (sides[1] // patch)
+
+
+def _patch_positions(d: dict, out: dict) -> None:
+    """A position table with one row per patch of the image (Molmo2's num_position_embeddings, 27 x 27 by
+    default) follows the shrunk image: the tower adds it to the patches without slicing."""
+    if isinstance(d.get("num_position_embeddings"), int) and d["num_position_embeddings"] == _patches(d):
+        out["num_position_embeddings"] = _patches(out)
 
 
 def _global_layers(d: dict) -> None:
@@ -463,15 +486,34 @@ def _keep_layer_kinds(d: dict) -> None:
 def shrink(config_class, model_type: str):
     """A tiny instance of `config_class` (its defaults shrunk, then the per-model overrides)."""
     d = shrink_dict(config_class().to_dict())
-    for key, value in OVERRIDES.get(model_type, {}).items():
-        nested = isinstance(value, dict) and _is_config(key, d.get(key))
-        d[key] = {**d[key], **value} if nested else value  # a nested config's overrides add to it
+    _aliased_token_ids(config_class, d)
+    _override(d, OVERRIDES.get(model_type, {}))
     for key in ("architectures", "_name_or_path", "transformers_version", "auto_map", "quantization_config"):
         d.pop(key, None)
     config = config_class.from_dict(d)
     config.architectures = []  # auto classes with several heads per model type (DeiT's) iterate it
     _set_mrope(config)
     return config
+
+
+def _override(d: dict, overrides: dict) -> None:
+    """Overrides replace values; a nested config's overrides add to it, at any depth (DeepSeek-OCR 2's SAM
+    encoder inside its vision config)."""
+    for key, value in overrides.items():
+        if isinstance(value, dict) and _is_config(key, d.get(key)):
+            d[key] = dict(d[key])
+            _override(d[key], value)
+        else:
+            d[key] = value
+
+
+def _aliased_token_ids(config_class, d: dict) -> None:
+    """Token ids kept under another name that the class maps them to (Molmo2's image_token_id is its
+    image_patch_id) move into the small vocabulary like the others."""
+    vocab = min(d.get("vocab_size") or VOCAB, VOCAB)
+    for alias, key in getattr(config_class, "attribute_map", {}).items():
+        if alias.endswith(("token_id", "token_index")) and key in d:
+            d[key] = _token_id(d[key], vocab)
 
 
 def _set_mrope(config) -> None:

@@ -29,6 +29,12 @@ PATCH_IMAGES = {"kimi_k25", "paddleocr_vl"}
 # model's input layer hardcodes it) and the extractor cannot be built here (it needs torchaudio).
 # Granite Speech 5: each frame with its delta, consecutive frames stacked in pairs (2 x 2).
 FEATURES_PER_MEL = {"granite_speech5_ctc": 4}
+# Patch-grid models whose grid counts language-model tokens (spatial_merge_size squared patches each) and
+# whose pixels come one channels-last block per token: Inkling 2.
+TOKEN_GRIDS = {"inkling2"}
+# Models whose image tokens each embed one patch as a short channels-last clip (temporal_patch_size
+# frames), with no grid argument: Inkling.
+PATCH_CLIPS = {"inkling_mm_model"}
 # Text models that caption an image: their language-model loss skips the image positions, so it needs one.
 CAPTIONERS = {"git"}
 # Tiled models whose pixel_attention_mask marks the real tiles (batch, tiles), not each tile's pixels:
@@ -309,6 +315,9 @@ def _patch_grid(config, vision, g: torch.Generator, key: str = "image_grid_thw")
     merge = _first_size(vision, ("spatial_merge_size", "merge_size", "merge_kernel_size"))
     temporal = _first_size(vision, ("temporal_patch_size", "patch_temporal"))
     side = 2 * merge
+    if config.model_type in TOKEN_GRIDS:  # a 2 x 2 grid of tokens, each merge x merge patches of pixels
+        pixels = torch.randn(BATCH * 4, merge * patch, merge * patch, _channels(vision), generator=g)
+        return pixels, {key: torch.tensor([[1, 2, 2] if key == "image_grid_thw" else [2, 2]] * BATCH)}
     pixels = torch.randn(BATCH * side * side, _channels(vision) * temporal * patch * patch, generator=g)
     if config.model_type in PATCH_IMAGES:
         pixels = pixels.view(len(pixels), -1, patch, patch)
@@ -362,12 +371,35 @@ def _flat_patches(config, g: torch.Generator) -> tuple[torch.Tensor, dict]:
     return torch.randn(BATCH, side * side, width, generator=g), {}
 
 
+def _patch_clips(vision, g: torch.Generator) -> tuple[torch.Tensor, dict]:
+    """Inkling-style inputs: 4 patches per image, each a clip of temporal_patch_size frames, channels last."""
+    patch = _patch_size(vision)
+    frames = _first_size(vision, ("temporal_patch_size",))
+    return torch.randn(BATCH * 4, frames, patch, patch, _channels(vision), generator=g), {}
+
+
+def _pooled_crops(vision, g: torch.Generator) -> tuple[torch.Tensor, dict]:
+    """Molmo2-style inputs: each image one crop of flattened patches; each image token pools a 2 x 2 block of
+    patches, given by their indices among all crops' patches; and each image's token grid as (low-res rows,
+    columns, high-res rows, columns), with no high-res part here."""
+    patch = _patch_size(vision)
+    side = _side(getattr(vision, "image_size", IMAGE))[0] // patch
+    pixels = torch.randn(BATCH, side * side, _channels(vision) * patch * patch, generator=g)
+    half = side // 2
+    rows, cols = torch.meshgrid(torch.arange(half), torch.arange(half), indexing="ij")
+    corners = (2 * rows * side + 2 * cols).flatten()
+    block = corners[:, None] + torch.tensor([0, 1, side, side + 1])
+    pooling = torch.cat([block + i * side * side for i in range(BATCH)])
+    return pixels, {"image_token_pooling": pooling, "image_grids": torch.tensor([[half, half, 0, 0]] * BATCH)}
+
+
 # How get_image_features wants its pixels, keyed by the argument or config field that tells (the first
 # one the model has wins); models with none of these get plain images of the config's size.
 LAYOUTS: dict[str, Callable] = {
     "image_grid_thw": lambda model, vision, g: _patch_grid(model.config, vision, g),
     "image_grid_hw": lambda model, vision, g: _patch_grid(model.config, vision, g, "image_grid_hw"),
     "spatial_shapes": lambda model, vision, g: _patch_list(vision, g),
+    "image_token_pooling": lambda model, vision, g: _pooled_crops(vision, g),
     "target_sizes": lambda model, vision, g: _packed_patches(vision, g),
     "image_grid_pinpoints": lambda model, vision, g: _anyres_tiles(model, g),
     "pixel_attention_mask": lambda model, vision, g: _tiles(model.config, g),
@@ -426,6 +458,8 @@ def vision_inputs(model, g: torch.Generator, method: str = "get_image_features")
     params |= _FORWARD_LAYOUTS & set(inspect.signature(model.forward).parameters)
     vision = getattr(model.config, "vision_config", None) or model.config
     layout = next((LAYOUTS[k] for k in LAYOUTS if k in params or getattr(model.config, k, None)), None)
+    if model.config.model_type in PATCH_CLIPS:
+        layout = lambda model, vision, g: _patch_clips(vision, g)  # noqa: E731
     pixels, extra = layout(model, vision, g) if layout else (pixel_values(model.config, g), {})
     if method == "get_video_features":
         pixels = torch.randn(BATCH, FRAMES, *pixels.shape[1:], generator=g)
