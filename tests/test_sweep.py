@@ -309,7 +309,8 @@ def test_shrunk_configs_keep_derived_sizes():
     ("inkling2", {"pixel_values": (8, 40, 40, 3), "image_grid_thw": (2, 3)}),  # grid in tokens
     ("granite_docling", {"pixel_attention_mask": (2, 1)}),  # a mask over tiles
     ("instructblipvideo", {"pixel_values": (2, 2, 3, 64, 64)}),  # two-frame clips behind video tokens
-    ("kosmos-2", {"image_embeds_position_mask": (2, 72)}),  # 64 latent queries placed by a mask
+    ("kosmos-2", {"image_embeds_position_mask": (2, 24)}),  # 16 latent queries placed by a mask
+    ("kosmos-2.5", {"flattened_patches": (2, 16, 130), "image_embeds_position_mask": (2, 24)}),
     ("idefics", {"pixel_values": (2, 1, 3, 64, 64), "image_attention_mask": (2, 8, 1)}),  # cross-attention
     ("mllama", {"pixel_values": (2, 1, 4, 3, 64, 64), "cross_attention_mask": (2, 8, 1, 4)}),
     ("udop", {"bbox": (2, 8, 4)}),  # a box per text token

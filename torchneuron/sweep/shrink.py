@@ -39,6 +39,7 @@ _SMALL_DIMS = {"q_lora_rank": 32, "kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk
                "linear_num_key_heads": 2, "linear_num_value_heads": 4, "n_shared_experts": 1,
                "num_shared_experts": 1, "attention_window": 8, "block_size": 8, "chunk_size": 8,
                "num_memory_tokens": 0, "rotary_dim": HEAD_DIM, "num_latents": 16,
+               "latent_query_num": 16,  # Kosmos-2's image rows (64; Kosmos-2.5's 2048 outgrow the positions)
                # Gemma 3 pools the vision patches to sqrt(mm_tokens_per_image) per side: a 2x2 grid still
                # pools the shrunk image's few patches (a 16x16 grid would pool them with a zero stride).
                "mm_tokens_per_image": 4}

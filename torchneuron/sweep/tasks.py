@@ -478,8 +478,8 @@ def _video_token(config):
 
 
 # Arguments that place image features by a mask over the text positions instead of an image token, and
-# the config field that counts the rows (Kosmos-2: its resampler's latent queries; it has no
-# get_image_features to count them with).
+# the config field that counts the rows (Kosmos-2 and Kosmos-2.5: their resamplers' latent queries; they
+# have no get_image_features to count them with).
 POSITION_MASKS = {"image_embeds_position_mask": "latent_query_num"}
 
 
@@ -497,9 +497,11 @@ def image_text_inputs(model) -> dict:
         token, method = _video_token(config), "get_video_features"
     forward = inspect.signature(model.forward).parameters
     position_mask = next((k for k in POSITION_MASKS if k in forward), None)
-    if position_mask is not None and token is None:
+    if position_mask is not None and token is None:  # the image input as captioners take it (IMAGE_INPUTS)
         g = _generator()
-        vision, n = {"pixel_values": pixel_values(config, g)}, getattr(config, POSITION_MASKS[position_mask])
+        key = next(k for k in IMAGE_INPUTS if k in forward)
+        vision = {key: IMAGE_INPUTS[key](config, getattr(config, "vision_config", None) or config, g)}
+        n = getattr(config, POSITION_MASKS[position_mask])
     elif token is None or _vision_api(model, method) is None:
         return _caption_inputs(model)
     else:
