@@ -420,11 +420,11 @@ EXTRAS: dict[str, Callable] = {
     "high_res_pixel_values": lambda pixels, vision, g: pixel_values(vision.high_res_vision_config, g)
     if hasattr(vision, "high_res_vision_config") else pixels,
     # UDOP lays text out on the page: one normalised (x0, y0, x1, y1) box per text token.
-    "bbox": lambda pixels, vision, g: _boxes(g),
+    "bbox": lambda pixels, vision, g: _normalised_boxes(g),
 }
 
 
-def _boxes(g: torch.Generator) -> torch.Tensor:
+def _normalised_boxes(g: torch.Generator) -> torch.Tensor:
     corners = torch.rand(BATCH, SEQ, 2, 2, generator=g).sort(dim=2).values  # x0 <= x1, y0 <= y1
     return corners.reshape(BATCH, SEQ, 4)  # (x0, y0), (x1, y1)
 
@@ -459,7 +459,7 @@ def vision_inputs(model, g: torch.Generator, method: str = "get_image_features")
     vision = getattr(model.config, "vision_config", None) or model.config
     layout = next((LAYOUTS[k] for k in LAYOUTS if k in params or getattr(model.config, k, None)), None)
     if model.config.model_type in PATCH_CLIPS:
-        layout = lambda model, vision, g: _patch_clips(vision, g)  # noqa: E731
+        layout = lambda model, vision, g: _patch_clips(vision, g)
     pixels, extra = layout(model, vision, g) if layout else (pixel_values(model.config, g), {})
     if method == "get_video_features":
         pixels = torch.randn(BATCH, FRAMES, *pixels.shape[1:], generator=g)

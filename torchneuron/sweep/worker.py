@@ -124,7 +124,7 @@ def _generate(model, batch: dict) -> list:
     prompt = generation_prompt(model, batch, NEW_TOKENS)
     model.eval()  # TRAIN_MODE models too: generation is inference (Reformer caches only in eval mode)
     # num_return_sequences is the default, 1; MusicGen's own generate reads it unset otherwise.
-    kwargs = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False, num_return_sequences=1)
+    kwargs = {"max_new_tokens": NEW_TOKENS, "min_new_tokens": NEW_TOKENS, "do_sample": False, "num_return_sequences": 1}
     out = model.generate(**prompt, **kwargs)
     if not isinstance(out, torch.Tensor):
         # Text-to-speech generates return the audio (VibeVoice: a list of waveforms): compare the tokens that
