@@ -96,9 +96,17 @@ def test_avg_pool2d(dtype, kw):
     check(lambda x: F.avg_pool2d(x, **kw), torch.randn(2, 3, 7, 8, dtype=dtype), grad=True)
 
 
-def test_avg_pool2d_kernel_larger_than_input():
+@pytest.mark.parametrize("kw", [
     # EfficientNet's pooler: AvgPool2d(kernel_size=hidden_dim, ceil_mode=True) over a few pixels
-    check(lambda x: F.avg_pool2d(x, 256, ceil_mode=True), torch.randn(2, 3, 4, 5), grad=True)
+    {"kernel_size": 1280, "ceil_mode": True},
+    {"kernel_size": 256, "ceil_mode": True, "divisor_override": 5},
+    # windows cut to the input plus padding: overlapping, padded, counting the padding or not
+    {"kernel_size": (7, 9), "stride": (2, 3), "padding": (3, 4), "ceil_mode": True},
+    {"kernel_size": (7, 9), "stride": (2, 3), "padding": (3, 4), "ceil_mode": True, "count_include_pad": False},
+    {"kernel_size": (6, 3), "stride": 1, "padding": (2, 1)},
+])
+def test_avg_pool2d_kernel_larger_than_input(kw):
+    check(lambda x: F.avg_pool2d(x, **kw), torch.randn(2, 3, 3, 2, dtype=torch.float64), grad=True)
 
 
 @pytest.mark.parametrize("size", [1, 3, (2, 5), (4, 4)])
