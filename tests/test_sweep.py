@@ -327,3 +327,41 @@ def test_image_text_inputs_follow_the_model(name, keys):
         assert (batch["bbox"][..., :2] <= batch["bbox"][..., 2:]).all()
     with torch.no_grad():
         assert model(**batch).loss.isfinite()
+
+
+def test_norms_are_calibrated_where_a_tiny_models_gradients_vanish():
+    """A deep stack of convolutions and BatchNorms with scales near 0 (transformers' N(0, 0.02) for some
+    vision models) loses its signal on CPU: the worker notices (the check would compare zeros) and gives
+    its norms one batch's statistics and unit scales, after which the gradients are alive."""
+    from types import SimpleNamespace
+
+    from torchneuron.sweep import worker
+
+    class Tiny(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            layers = []
+            for _ in range(12):
+                norm = torch.nn.BatchNorm2d(4)
+                torch.nn.init.normal_(norm.weight, std=0.02)
+                layers += [torch.nn.Conv2d(4, 4, 3, padding=1), norm, torch.nn.Dropout(0.5)]
+            self.body = torch.nn.Sequential(*layers)
+
+        def forward(self, pixel_values, labels=None):
+            out = self.body(pixel_values).mean((1, 2, 3))
+            return SimpleNamespace(loss=((out - labels) ** 2).sum() if labels is not None else None)
+
+    torch.manual_seed(0)
+    batch = {"pixel_values": torch.randn(2, 4, 8, 8), "labels": torch.ones(2)}
+
+    def gradients(model):
+        model.zero_grad()
+        model(**batch).loss.backward()
+        return {"body.0.weight": model.body[0].weight.grad.clone()}  # (the first layer: its signal passes every norm)
+
+    model = Tiny().eval()
+    assert worker._vanished(gradients(model))
+    assert worker._calibrate_norms(model, batch)
+    assert not model.training and all(m.p == 0.5 for m in model.modules() if isinstance(m, torch.nn.Dropout))
+    assert not worker._vanished(gradients(model))
+    assert not worker._calibrate_norms(torch.nn.Linear(2, 2), {"input": torch.ones(1, 2)})

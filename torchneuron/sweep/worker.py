@@ -24,6 +24,7 @@ LOSS_RTOL = 1e-3
 GRAD_TOL = 2e-2  # relative to the gradient's largest magnitude: sums of many products drift
 GRAD_ATOL = 1e-6  # gradients that are zero in exact arithmetic (a key bias) are pure rounding noise
 GRAD_PARAMS = 4
+VANISHED = 1e-9  # compared gradients all below this on CPU: the check would compare zeros
 # Models that run forward and backward in train mode (their configs zero the dropout in shrink's OVERRIDES):
 # Reformer's reversible layers recompute activations in backward and allow that only in train mode; RWKV
 # in eval mode carries its recurrent state forward in place, which backward cannot go through.
@@ -145,6 +146,39 @@ def run_cpu(model, batch, task: Task):
     return out.loss.item(), grads, tokens
 
 
+def _vanished(grads: dict) -> bool:
+    """Whether the compared gradients are all but zero on CPU: a check that would compare zeros."""
+    return bool(grads) and max(g.abs().max().item() for g in grads.values()) < VANISHED
+
+
+def _calibrate_norms(model, batch: dict) -> bool:
+    """Give a model's BatchNorm layers one batch's statistics and unit scales, as a trained network's
+    norms keep its activations near unit scale (False: it has none). Transformers initialises some
+    vision models' norm scales from N(0, 0.02) over running statistics of 0 and 1, so each norm
+    shrinks activations ~50x and a tiny model's loss and gradients vanish (EfficientNet: loss exactly
+    ln 2, gradients 0). Run on CPU before the copy for neuron is made: both devices run one model."""
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if not norms:
+        return False
+    dropouts = [(m, m.p) for m in model.modules() if isinstance(m, torch.nn.Dropout)]
+    training = model.training
+    with torch.no_grad():
+        for m in norms:
+            if m.affine:
+                m.weight.fill_(1.0)
+                m.bias.zero_()
+            m.reset_running_stats()
+            m.momentum = None  # (a cumulative average: one batch's statistics)
+        for m, _ in dropouts:
+            m.p = 0.0
+        model.train()
+        model(**{k: v for k, v in batch.items() if k != "labels"})
+    for m, p in dropouts:
+        m.p = p
+    model.train(training)
+    return True
+
+
 def _compare_grads(cpu: dict, neuron_model) -> str:
     params = dict(neuron_model.named_parameters())
     worst = ""
@@ -176,6 +210,10 @@ def main(model_type: str, path: str, compiled: bool = False, task: str = "causal
         stage, t0 = "cpu", time.perf_counter()
         neuron_model = copy.deepcopy(model)
         loss, grads, tokens = run_cpu(model, batch, spec)
+        if _vanished(grads) and _calibrate_norms(neuron_model, batch):
+            model = copy.deepcopy(neuron_model)  # (both devices run the calibrated model)
+            loss, grads, tokens = run_cpu(model, batch, spec)
+            rec.result["calibrated_norms"] = True
         rec.stage(stage, True, f"loss {loss:.6f}", time.perf_counter() - t0)
 
         neuron_model.to("neuron")
