@@ -40,7 +40,7 @@ from .. import config
 from ..lowering import LOWERINGS, META_OVERRIDES, calling, draws_random, padding
 from ..runtime import deferred, device_asserts, executables, storages
 from ..runtime.dtypes import PYTHON_SCALAR_TYPES, to_jax
-from ..runtime.layout import Layout, contiguous_stride, read
+from ..runtime.layout import Layout, canonical_stride, contiguous_stride, read
 from .describe import CallDescription, buffers_of, is_tensor_entry
 from .execute import fill_template
 from .plan import template_of
@@ -204,7 +204,7 @@ def run(schema: OpSchema, args, kwargs, desc: CallDescription):
         k += r
     # (strides of size-1 dimensions left out: a cache's new keys and values, one contiguous and one
     # a transposed view, share a plan; no address depends on them)
-    statics = tuple(None if any(v) else (_canonical_stride(t), t.storage_offset())
+    statics = tuple(None if any(v) else (canonical_stride(t.shape, t.stride()), t.storage_offset())
                     for t, v in zip(desc.tensors, varying))
     # (the mask too: two streams of a family can pad to the same sizes along different axes)
     key = (family_key, padded, stream.mask, statics, tuple(desc.scalars) if _static_scalars(schema) else None)
@@ -390,7 +390,7 @@ class BucketedPlan:
         self.n_tensors = len(tensors)
         # named by everything the program depends on besides its buffers: the persistent cache
         # loads it in a later process without tracing it
-        layouts = [None if lay is None else lay._replace(stride=_canonical_stride(lay)) for lay in self.layouts]
+        layouts = [None if lay is None else lay._replace(stride=canonical_stride(lay.shape, lay.stride)) for lay in self.layouts]
         identity = repr(("bucketed", str(op), self.shapes, self.varying, self.dtypes, layouts,
                          self.template_args, self.template_kwargs, self.static_scalars, self.results,
                          self.compute_dtype, self.layout_flags, self.cat_dim, self.fills, self.counted,
@@ -529,12 +529,6 @@ class BucketedPlan:
             self._seen.clear()
         self._seen[key] = found
         return found
-
-
-def _canonical_stride(t) -> tuple:
-    """A tensor's (or Layout's) strides with size-1 dimensions' as 0."""
-    stride = t.stride() if isinstance(t, torch.Tensor) else t.stride
-    return tuple(0 if n == 1 else s for n, s in zip(t.shape, stride))
 
 
 def _true_strides(true) -> list:

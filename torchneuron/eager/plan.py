@@ -16,7 +16,7 @@ from torch._decomp import meta_table
 from ..lowering import LOWERINGS, META_OVERRIDES, Lowering, calling, draws_random
 from ..runtime import device_asserts, executables
 from ..runtime.dtypes import scalar_type_name
-from ..runtime.layout import Layout, contiguous_stride
+from ..runtime.layout import Layout, canonical_stride, contiguous_stride
 from . import overlap
 from .describe import TRACED_OFFSET, CallDescription, is_tensor_entry, key_of
 from .execute import PlanExecution, Slot
@@ -48,8 +48,7 @@ def _program(identity, make) -> executables.Function:
 
 
 def _canonical(lay: Layout) -> Layout:
-    """The layout with size-1 dimensions' strides as 0 (no element address depends on them)."""
-    return lay._replace(stride=tuple(0 if n == 1 else s for n, s in zip(lay.shape, lay.stride)))
+    return lay._replace(stride=canonical_stride(lay.shape, lay.stride))
 
 
 def _group_of(desc: CallDescription) -> list[int]:
@@ -172,7 +171,7 @@ class Plan(PlanExecution):
         key, i = [], 0
         for e in key_of(schema, desc):
             if is_tensor_entry(e):
-                stride = TRACED_OFFSET if i in self.traced_strides else _canonical(Layout(e[0], e[1], 0)).stride
+                stride = TRACED_OFFSET if i in self.traced_strides else canonical_stride(e[0], e[1])
                 key.append((e[0], stride, *e[2:]))
                 i += 1
             else:

@@ -16,8 +16,9 @@ shapes, dtypes and layouts) and where its inputs come from (the segment's n-th i
 k-th output), plus which outputs are live. Never addresses: a training loop reaches a steady state
 of a few cached segments. A segment is flushed when something needs a value (a host copy, `item()`,
 a data-dependent op, a compiled graph's call, synchronize, a mode switch), or when it grows long
-(past CUT_AFTER, before an op that reads no pending value; at MAX_NODES in any case); `torchneuron.eager_stats()` counts segments and flush reasons, and
-`TORCHNEURON_LOG=flushes` prints every flush's reason.
+(past CUT_AFTER, before an op that reads no pending value; at MAX_NODES in any case);
+`torchneuron.eager_stats()` counts segments and flush reasons, and `TORCHNEURON_LOG=flushes` prints
+every flush's reason.
 """
 from __future__ import annotations
 

@@ -53,6 +53,12 @@ class Layout(NamedTuple):
         return idx
 
 
+def canonical_stride(shape, stride) -> tuple:
+    """`stride` with size-1 dimensions' strides as 0: no element address depends on them, so layouts
+    that differ only there (a contiguous (1, h, 1, d) and a transposed view of one) share a plan."""
+    return tuple(0 if n == 1 else s for n, s in zip(shape, stride))
+
+
 def contiguous_stride(shape) -> tuple[int, ...]:
     stride, acc = [], 1
     for n in reversed(shape):

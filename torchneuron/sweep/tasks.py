@@ -118,13 +118,18 @@ def _num_labels(model) -> int:
     return model.config.num_labels
 
 
+def _grid_boxes(grid: int, g: torch.Generator) -> torch.Tensor:
+    """A box (x0, y0, x1, y1) per token on a grid of `grid` positions, x0 <= x1 and y0 <= y1."""
+    corners = torch.randint(0, grid, (BATCH, SEQ, 2, 2), generator=g).sort(dim=-1).values  # (x or y, min/max)
+    return corners.permute(0, 1, 3, 2).reshape(BATCH, SEQ, 4)
+
+
 def _boxes(config, g: torch.Generator) -> torch.Tensor:
     """One layout box per token for document models (`bbox`): corners (x0, y0, x1, y1) with x0 <= x1 and
     y0 <= y1 on the config's 2-D position grid (LayoutLM, LiLT, LayoutLMv3 embed coordinates and sizes
     by index); Bros (`dim_bbox`: its box as 4 corner points, 8 values) takes them normalised to [0, 1]."""
     grid = min(getattr(config, "max_2d_position_embeddings", None) or 1000, 1000)
-    corners = torch.randint(0, grid, (BATCH, SEQ, 2, 2), generator=g).sort(dim=-1).values  # (x or y, min/max)
-    box = corners.permute(0, 1, 3, 2).reshape(BATCH, SEQ, 4)  # x0, y0, x1, y1
+    box = _grid_boxes(grid, g)
     points = getattr(config, "dim_bbox", None)
     if points is None:
         return box
@@ -420,13 +425,8 @@ EXTRAS: dict[str, Callable] = {
     "high_res_pixel_values": lambda pixels, vision, g: pixel_values(vision.high_res_vision_config, g)
     if hasattr(vision, "high_res_vision_config") else pixels,
     # UDOP lays text out on the page: one normalised (x0, y0, x1, y1) box per text token.
-    "bbox": lambda pixels, vision, g: _normalised_boxes(g),
+    "bbox": lambda pixels, vision, g: _grid_boxes(1000, g).float() / 1000,
 }
-
-
-def _normalised_boxes(g: torch.Generator) -> torch.Tensor:
-    corners = torch.rand(BATCH, SEQ, 2, 2, generator=g).sort(dim=2).values  # x0 <= x1, y0 <= y1
-    return corners.reshape(BATCH, SEQ, 4)  # (x0, y0), (x1, y1)
 
 
 def _vision_api(model, method: str = "get_image_features"):
