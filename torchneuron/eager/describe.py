@@ -39,8 +39,8 @@ class CallDescription:
     """The tensors and traced scalars of one call, its cache key, and the buffers it reads:
     one per distinct storage, in order of first use (a storage without a handle is its own)."""
 
-    __slots__ = ("buffers", "handles", "index", "key", "math_bits", "missing", "scalars", "sharing",
-                 "tensors")
+    __slots__ = ("buffers", "handles", "host_scalars", "index", "key", "math_bits", "missing", "scalars",
+                 "shared", "sharing", "tensors")
 
     def __init__(self, math_bits: bool):
         self.key = []
@@ -51,6 +51,8 @@ class CallDescription:
         self.buffers = []
         self.missing = False  # a storage never written: its buffer is materialised on use
         self.sharing = {}  # storage handle -> first tensor using it: aliasing, not addresses, keys a plan
+        self.shared = False  # whether two of its tensors share a storage
+        self.host_scalars = False  # whether a 0-dim CPU tensor takes part as a scalar
         self.math_bits = math_bits  # whether the op can receive conj/neg-bit views at all
 
     @property
@@ -141,6 +143,7 @@ def _first_or_foreign(desc: CallDescription, t: torch.Tensor, index: int, op) ->
             # PyTorch lets 0-dim CPU tensors take part as scalars in device ops.
             desc.key.append(("cpu", t.dtype))
             desc.scalars.append(t.item())
+            desc.host_scalars = True
             return False
         if desc.index != NO_DEVICE:
             raise device_error(op, desc.device, dev)
@@ -152,24 +155,45 @@ def _first_or_foreign(desc: CallDescription, t: torch.Tensor, index: int, op) ->
 
 
 def _add_tensor(desc: CallDescription, t: torch.Tensor, op) -> None:
-    index = t.get_device()  # an int: cheaper to read and compare than a torch.device
-    if index != desc.index and not _first_or_foreign(desc, t, index, op):
-        return
-    handle = t.untyped_storage().data_ptr()  # one call, where data_ptr needs offset and item size
-    tensors = desc.tensors
-    i = len(tensors)
-    tensors.append(t)
-    desc.handles.append(handle)
-    first = desc.sharing.setdefault(handle, i) if handle else i
-    if first == i:
-        buf = storages.lookup(handle) if handle else None
-        if buf is None:
-            desc.missing = True
-        desc.buffers.append(buf)
-    # Conj and neg bits: PyTorch's math-bit fallbacks pass some ops (copy_, clone, mm...) such
-    # views as they are, and expect the kernel to read and write the values they mean. Other ops
-    # only ever see resolved tensors.
-    desc.key.append(tensor_key(t, first, desc.math_bits))
+    _add_tensors(desc, (t,), op)
+
+
+_lookup = storages.lookup
+
+
+def _add_tensors(desc: CallDescription, values, op) -> None:
+    """Each tensor's entry (None for a None element): its index, storage handle, the buffer of a
+    storage first seen, and its key. One loop with its names bound once: foreach ops (an
+    optimizer step's) pass lists of tens of tensors."""
+    key, tensors, handles, buffers, sharing = desc.key, desc.tensors, desc.handles, desc.buffers, desc.sharing
+    math_bits = desc.math_bits
+    for t in values:
+        if t is None:
+            key.append(None)
+            continue
+        index = t.get_device()  # an int: cheaper to read and compare than a torch.device
+        if index != desc.index and not _first_or_foreign(desc, t, index, op):
+            continue
+        handle = t.untyped_storage().data_ptr()  # one call, where data_ptr needs offset and item size
+        i = len(tensors)
+        tensors.append(t)
+        handles.append(handle)
+        first = sharing.setdefault(handle, i) if handle else i
+        if first == i:
+            buf = _lookup(handle) if handle else None
+            if buf is None:
+                desc.missing = True
+            buffers.append(buf)
+        else:
+            desc.shared = True
+        # Conj and neg bits: PyTorch's math-bit fallbacks pass some ops (copy_, clone, mm...) such
+        # views as they are, and expect the kernel to read and write the values they mean. Other ops
+        # only ever see resolved tensors. (tensor_key's entry, built inline.)
+        offset = TRACED_OFFSET if t.storage_offset() else 0
+        if math_bits:
+            key.append((t.shape, t.stride(), offset, t.dtype, first, t.is_conj(), t.is_neg()))
+        else:
+            key.append((t.shape, t.stride(), offset, t.dtype, first, False, False))
 
 
 def describe(schema: OpSchema, args, kwargs) -> CallDescription:
@@ -177,7 +201,7 @@ def describe(schema: OpSchema, args, kwargs) -> CallDescription:
     op = schema.op
     for kind, value in zip(schema.kinds, args):
         if kind is Kind.TENSOR and isinstance(value, torch.Tensor):
-            _add_tensor(desc, value, op)  # the common case, without the kind dispatch
+            _add_tensors(desc, (value,), op)  # the common case, without the kind dispatch
         else:
             _describe_one(desc, kind, value, op)
     if kwargs:
@@ -185,9 +209,9 @@ def describe(schema: OpSchema, args, kwargs) -> CallDescription:
         for name, value in kwargs.items():
             key.append(name)
             _describe_one(desc, schema.kind_by_name[name], value, op)
-    if len(desc.sharing) < sum(1 for h in desc.handles if h):  # a storage shared between tensors
+    if desc.shared:
         desc.key.append(shared_offsets(desc.tensors))
-    if schema.written and desc.index != NO_DEVICE:
+    if schema.written and desc.host_scalars and desc.index != NO_DEVICE:
         _check_written_on_device(schema, args, kwargs, desc)
     return desc
 
@@ -212,11 +236,7 @@ def _describe_one(desc, kind, value, op) -> None:
                 desc.scalars.append(value)
     elif kind is Kind.TENSORS:
         desc.key.append(len(value))
-        for v in value:
-            if v is None:
-                desc.key.append(None)
-            else:
-                _add_tensor(desc, v, op)
+        _add_tensors(desc, value, op)
     elif kind is Kind.SCALAR:
         if value is None:
             desc.key.append(None)

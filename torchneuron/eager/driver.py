@@ -33,7 +33,7 @@ from .describe import (
     tensor_key,
 )
 from .plan import Plan
-from .schema import OpSchema, parse
+from .schema import Kind, OpSchema, parse
 
 _lock = threading.RLock()
 _lookup = storages.lookup
@@ -72,7 +72,7 @@ def run(schema: OpSchema, plans: dict, args, kwargs):
         return _hook[1](schema, plans, args, kwargs, _run_described)
     if urgent.value:  # storages.maybe_drain, without the call
         storages.drain()
-    if not kwargs and len(args) <= schema.leading_operands:
+    if not kwargs:
         result = _run_in_one_pass(schema, plans, args)
         if result is not None:
             return result
@@ -85,18 +85,30 @@ def run_op(op, *args, **kwargs):
 
 
 def _run_in_one_pass(schema: OpSchema, plans: dict, args):
-    """The common call in one pass: positional tensors and Python scalars only (0-dim CPU tensors
-    among them: scalars too), on one neuron device, every storage already written. Returns
-    None, having run nothing, for any other call or a call without a plan yet: `describe` handles
-    those (and raises their errors)."""
+    """The common call in one pass: positional arguments, Python scalars among the leading
+    operands (0-dim CPU tensors among them: scalars too), static arguments (dims, sizes, flags)
+    and absent optional ones after them, tensors on one neuron device, every storage already
+    written. Returns None, having run nothing, for any other call or a call without a plan yet:
+    `describe` handles those (and raises their errors)."""
     entries, handles, found = [], [], []
-    shared = False
+    shared = statics = False
     scalars = ()
     index = NO_DEVICE
     bits = schema.math_bits
+    leading = schema.leading_operands
     for position, t in enumerate(args):
         if not isinstance(t, torch.Tensor):  # (parameters included)
             kind = type(t)
+            if position >= leading:  # keyed as `describe` keys them
+                arg_kind = schema.kinds[position]
+                if arg_kind is Kind.STATIC:
+                    entries.append(tuple(t) if kind is list else t)
+                elif t is None and (arg_kind is Kind.TENSOR or arg_kind is Kind.SCALAR):
+                    entries.append(None)
+                else:
+                    return None
+                statics = True
+                continue
             if kind is not float and kind is not int and kind is not bool:
                 return None
             # a Python scalar (`x * 1.001`, `x.pow(2)`), keyed as `describe` keys it
@@ -140,7 +152,8 @@ def _run_in_one_pass(schema: OpSchema, plans: dict, args):
         return plan.run_buffers(found)
     desc = CallDescription(bits)
     desc.key, desc.handles, desc.buffers, desc.index = entries, handles, found, index
-    desc.tensors = [t for t in args if isinstance(t, torch.Tensor) and t.get_device() >= 0] if scalars else args
+    desc.tensors = [t for t in args if isinstance(t, torch.Tensor) and t.get_device() >= 0] \
+        if scalars or statics else args
     desc.scalars = list(scalars)
     for n, handle in enumerate(handles):
         if handle:

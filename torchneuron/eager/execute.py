@@ -189,8 +189,8 @@ class PlanExecution:
 
     def _assemble(self, args, kwargs, made):
         schema = self.schema
-        returns = schema.op._schema.returns
-        if not returns:
+        n_returns = len(schema.return_aliases)
+        if not n_returns:
             return None
         by_return: dict[int, object] = {}
         for path, t in made:
@@ -205,10 +205,9 @@ class PlanExecution:
                 name = schema.names[alias]
                 out.append(args[alias] if alias < len(args) else kwargs[name])
             else:
-                listy = str(returns[r].type).startswith("List")
-                out.append(by_return.get(fresh_index, self.int_results.get(r, [] if listy else None)))
+                out.append(by_return.get(fresh_index, self.int_results.get(r, [] if schema.list_returns[r] else None)))
                 fresh_index += 1
-        return out[0] if len(returns) == 1 else tuple(out)
+        return out[0] if n_returns == 1 else tuple(out)
 
     def _read_all(self, buffers, layouts):
         """Every tensor argument's values: its layout read from its buffer, math bits applied."""

@@ -35,6 +35,7 @@ class OpSchema:
     # and which of them are scalars: the eager driver's one-pass path takes calls of just those
     leading_operands: int
     scalar_args: frozenset
+    list_returns: tuple  # per return: whether it is a list of tensors (an empty list, not None, when absent)
 
     @property
     def mutates(self) -> bool:
@@ -65,7 +66,8 @@ def parse(op: torch._ops.OpOverload) -> OpSchema:
         view = view or not r.alias_info.is_write
     return OpSchema(op, names, kinds, dict(zip(names, kinds)), written, out_args, aliases,
                     functional, view, _sees_math_bits(op), leading,
-                    frozenset(i for i in range(leading) if kinds[i] is Kind.SCALAR))
+                    frozenset(i for i in range(leading) if kinds[i] is Kind.SCALAR),
+                    tuple(str(r.type).startswith("List") for r in s.returns))
 
 
 def _sees_math_bits(op: torch._ops.OpOverload) -> bool:

@@ -59,16 +59,16 @@ AFTER_FLUSH: list = []  # run after a flush: replace computed Pending values by 
 
 class Pending:
     """A value of the current segment that has not been computed yet: node `node`'s output `out`.
-    Has the array's shape and dtype; `value` is the array once its segment ran."""
+    Has the array's shape and dtype (`aval`: the pair); `value` is the array once its segment ran."""
 
-    __slots__ = ("dtype", "node", "out", "segment", "shape", "value")
+    __slots__ = ("aval", "dtype", "node", "out", "segment", "shape", "value")
 
-    def __init__(self, segment, node: int, out: int, shape, dtype):
+    def __init__(self, segment, node: int, out: int, aval: tuple):
         self.segment = segment
         self.node = node
         self.out = out
-        self.shape = shape
-        self.dtype = dtype
+        self.aval = aval
+        self.shape, self.dtype = aval
         self.value = None
 
     def __repr__(self):
@@ -76,12 +76,13 @@ class Pending:
 
 
 class Segment:
-    __slots__ = ("device", "input_index", "inputs", "nodes", "outputs")
+    __slots__ = ("device", "input_avals", "input_index", "inputs", "nodes", "outputs")
 
     def __init__(self):
         self.device = None  # the NeuronCore its plans run on
         self.nodes: list = []  # (function, input refs): with the live outputs, the cache key
         self.inputs: list = []  # concrete arrays and host scalars the segment reads
+        self.input_avals: list = []  # their (shape, dtype): read once per segment (jax.Array's are Python properties)
         self.input_index: dict = {}  # id(input), or a host scalar's (dtype, bytes) -> its position
         self.outputs: list = []  # per node: its Pending outputs
 
@@ -166,6 +167,7 @@ def _out_avals(function, signature: tuple) -> list:
 
 
 _HOST_SCALARS = frozenset(PYTHON_SCALAR_TYPES.values())
+_CARRIES_DTYPE: dict = {}  # type -> whether its values have a dtype (arrays; not Python numbers)
 
 
 def record(function, flat, device_index: int, rng_at: int = -1) -> list:
@@ -187,32 +189,40 @@ def record(function, flat, device_index: int, rng_at: int = -1) -> list:
         refs = []
         signature = [function]
         input_index = segment.input_index
+        input_avals = segment.input_avals
         recording = _capture["recording"]
         for position, a in enumerate(flat):
-            if type(a) is Pending:
+            kind = type(a)
+            if kind is Pending:
                 if a.value is None and a.segment is segment:
                     refs.append((a.node, a.out))
-                    signature.append((a.shape, a.dtype))
+                    signature.append(a.aval)
                     continue
                 a = concrete(a)  # (computed already: its array)
-            elif not hasattr(a, "dtype"):
-                a = np.asarray(a)
+                kind = type(a)
             # a Python number is a new numpy scalar per call: equal ones (bit for bit) are one input
             # of the segment (`x * 1.001 + 0.001` in a loop: two inputs, not two per step)
-            ident = (a.dtype, a.tobytes()) if type(a) in _HOST_SCALARS else id(a)
+            if kind in _HOST_SCALARS:
+                ident = (a.dtype, a.tobytes())
+            elif _CARRIES_DTYPE.get(kind) or _CARRIES_DTYPE.setdefault(kind, hasattr(a, "dtype")):
+                ident = id(a)
+            else:
+                a = np.asarray(a)
+                ident = (a.dtype, a.tobytes()) if type(a) in _HOST_SCALARS else id(a)
             k = input_index.get(ident)
             if k is None:
                 k = input_index[ident] = len(segment.inputs)
                 segment.inputs.append(a)
+                input_avals.append((a.shape, a.dtype))
                 if recording is not None:
                     random = 0 <= rng_at <= position < rng_at + 2
                     recording.sources.append(recording.source_of(a, device_index if random else None))
             refs.append(k)
-            signature.append((a.shape, a.dtype))
+            signature.append(input_avals[k])
         node = len(segment.nodes)
         avals = _out_avals(function, tuple(signature))
         segment.nodes.append((function, tuple(refs)))
-        outputs = [Pending(segment, node, i, shape, dtype) for i, (shape, dtype) in enumerate(avals)]
+        outputs = [Pending(segment, node, i, aval) for i, aval in enumerate(avals)]
         segment.outputs.append(outputs)
         STATS["ops"] += 1
         if node + 1 >= MAX_NODES and recording is None:
@@ -229,17 +239,16 @@ def _reads_nothing_pending(flat, segment) -> bool:
     return True
 
 
+_getrefcount = sys.getrefcount
+
+
 def _references(outs: list, k: int) -> int:
-    return sys.getrefcount(outs[k])
+    return _getrefcount(outs[k])
 
 
-# references to an object held only by a list, counted exactly as _referenced_elsewhere counts them
+# references to an object held only by a list, counted exactly as flush counts them (the same
+# expression, `_getrefcount(outs[k])`): more means something besides the segment refers to it
 _HELD_BY_LIST = _references([object()], 0)
-
-
-def _referenced_elsewhere(outs: list, k: int) -> bool:
-    """Whether output `outs[k]` is referred to by anything besides the segment's list."""
-    return _references(outs, k) > _HELD_BY_LIST
 
 
 def concrete(value, drain: bool = True):
@@ -281,7 +290,7 @@ def flush(reason: str = "flush", drain: bool = True) -> None:
         STATS[f"flush:{reason}"] += 1
         # live: a value something besides the segment refers to (a storage, a failure word, a caller)
         live = [(j, k, outs[k]) for j, outs in enumerate(segment.outputs) for k in range(len(outs))
-                if _referenced_elsewhere(outs, k)]
+                if _getrefcount(outs[k]) > _HELD_BY_LIST]
         segment.outputs = []
         STATS["values_out"] += len(live)
         key = (tuple(segment.nodes), tuple((j, k) for j, k, _ in live))
