@@ -188,12 +188,8 @@ def _add_tensors(desc: CallDescription, values, op) -> None:
             desc.shared = True
         # Conj and neg bits: PyTorch's math-bit fallbacks pass some ops (copy_, clone, mm...) such
         # views as they are, and expect the kernel to read and write the values they mean. Other ops
-        # only ever see resolved tensors. (tensor_key's entry, built inline.)
-        offset = TRACED_OFFSET if t.storage_offset() else 0
-        if math_bits:
-            key.append((t.shape, t.stride(), offset, t.dtype, first, t.is_conj(), t.is_neg()))
-        else:
-            key.append((t.shape, t.stride(), offset, t.dtype, first, False, False))
+        # only ever see resolved tensors.
+        key.append(tensor_key(t, first, math_bits))
 
 
 def describe(schema: OpSchema, args, kwargs) -> CallDescription:
