@@ -224,3 +224,33 @@ def test_a_size_that_keeps_coming_back_gets_its_exact_plan():
         torch.testing.assert_close(x.sum(-1).cpu(), expected, rtol=1e-6, atol=1e-6)
         padded.append(buckets.STATS["calls"] - calls)
     assert sum(padded[:100]) == 100 and sum(padded[-20:]) == 0
+
+
+def test_a_fused_decode_loop_records_bucketed_calls_and_reuses_its_segments():
+    """Fused eager records bucketed calls like any plan (a growing size is a traced argument), so a
+    decode step's segment repeats within a bucket: a few segment programs for 45 lengths, not one
+    each (at exact sizes every step's segment was a new program)."""
+    heads, d = 2, 12
+    q = _seeded(1, heads, 1, d + 1)[..., :d]
+    k = v = _seeded(1, heads, 2, d + 1)[..., :d]
+    kn, vn = k.to("neuron"), v.to("neuron")
+    lengths = range(3, 48)
+    stats = torchneuron.eager_stats()
+    with torchneuron.eager_mode("fused"):
+        qn = q.to("neuron")
+        for n in lengths:
+            new = _seeded(1, heads, 1, d + n)[..., :d]
+            k, v = torch.cat([k, new], 2), torch.cat([v, new * 2], 2)
+            on_device = new.to("neuron")
+            kn, vn = torch.cat([kn, on_device], 2), torch.cat([vn, on_device * 2], 2)
+            got = (F.scaled_dot_product_attention(qn, kn, vn) * 3).sum(-1)
+            expected = (F.scaled_dot_product_attention(q, k, v) * 3).sum(-1)
+            torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-5)  # (a flush per step)
+    torch.testing.assert_close(vn.cpu(), v, rtol=0, atol=0)
+    after = torchneuron.eager_stats()
+    assert after["bucketed_calls"] - stats["bucketed_calls"] >= 2 * len(lengths)
+    assert after["segments"] - stats["segments"] >= len(lengths)
+    bucket_count = len({padding.bucket(n) for n in lengths})
+    # (a bucket's first step, its cat writing into a new bucket, and the steps before the sizes'
+    # stream is known, compile segments of their own)
+    assert after["segment_compiles"] - stats["segment_compiles"] <= 2 * bucket_count + 4

@@ -20,8 +20,9 @@ calls differ only by one growing size runs padded to that size's bucket (`paddin
   exact sizes. `cat` along the varying axis places each operand at its true offset.
 
 Only functional calls are bucketed (fresh results, no out= or in-place writes, no random draws,
-no device-side checks, no storage shared between arguments), and never while fused eager records
-or a graph captures. On by default; `TORCHNEURON_EAGER_BUCKETS=0` turns it off.
+no device-side checks, no storage shared between arguments), and never while a graph captures.
+Fused eager records a bucketed call like any plan (the true sizes are a traced argument): a decode
+step's segment then repeats within a bucket. On by default; `TORCHNEURON_EAGER_BUCKETS=0` turns it off.
 """
 from __future__ import annotations
 
@@ -162,8 +163,8 @@ def run(schema: OpSchema, args, kwargs, desc: CallDescription):
     """Run a call with no exact plan yet at its size's bucket; NOT_BUCKETED where it cannot."""
     if not ENABLED:
         return _refuse("eager bucketing is off (TORCHNEURON_EAGER_BUCKETS=0)")
-    if deferred._mode["fused"] or deferred._capture["recording"] is not None:
-        return _refuse("fused eager and graph captures run exact sizes")
+    if deferred._capture["recording"] is not None:
+        return _refuse("graph captures run exact sizes")
     if schema.written or schema.functional is not schema.op:
         return _refuse("the op writes its arguments (in-place or out=)")
     if desc.index < 0 or not desc.tensors:
@@ -484,7 +485,10 @@ class BucketedPlan:
         if desc.scalars and self.static_scalars is None:
             flat += [PYTHON_SCALAR_TYPES.get(type(v), np.asarray)(v) for v in desc.scalars]
         STATS["calls"] += 1
-        outputs = iter(self.function(*flat))
+        if deferred._mode["fused"]:  # recorded: a segment of bucketed calls repeats within the bucket
+            outputs = iter(deferred.record(self.function, flat, desc.index))
+        else:
+            outputs = iter(self.function(*flat))
         returns = []
         for r, out, prototype in zip(self.results, results, self.prototypes):
             if r[0] == "tensor":
