@@ -8,8 +8,9 @@
    persistent cache, in a fresh process with the cache the first one filled, and again in the same
    process; with every eager op at its exact sizes
    (TORCHNEURON_EAGER_BUCKETS=0, an empty cache) as the baseline; and on CPU. Resident memory
-   growth of each neuron run and its XLA compiles (torchneuron.cache_stats()). Each neuron run must
-   produce CPU's tokens.
+   growth of each neuron run and its XLA compiles (torchneuron.cache_stats()). The same three in
+   fused eager (TORCHNEURON_EAGER=fused: each decode step one recorded segment, bucketed within a
+   bucket). Each neuron run must produce CPU's tokens.
 2. The small GPT's training step (torchneuron.testing.models, width 32) compiled with
    `dynamic=True`, over `--steps` steps whose sequence length is drawn from 8..128 (the model's
    context is 128 here): XLA compiles and wall time on neuron with shape buckets, on neuron at exact
@@ -108,10 +109,18 @@ def generate_cases() -> None:
     with tempfile.TemporaryDirectory() as cache:  # the baseline: every eager op at its exact sizes
         exact = run(GENERATE.format(device="neuron", repeats=1), TORCHNEURON_CACHE_DIR=cache,
                     TORCHNEURON_EAGER_BUCKETS="0")
+    with tempfile.TemporaryDirectory() as cache:  # fused eager: one segment program per decode step
+        fused_cold = run(GENERATE.format(device="neuron", repeats=2), TORCHNEURON_CACHE_DIR=cache,
+                         TORCHNEURON_EAGER_BUCKETS="1", TORCHNEURON_EAGER="fused")
+        fused_warm = run(GENERATE.format(device="neuron", repeats=1), TORCHNEURON_CACHE_DIR=cache,
+                         TORCHNEURON_EAGER_BUCKETS="1", TORCHNEURON_EAGER="fused")
     rows = [("fresh process, empty cache", cold["runs"][0], cold),
             ("fresh process, warm cache", warm["runs"][0], warm),
             ("same process, second call", cold["runs"][1], None),
-            ("empty cache, exact sizes", exact["runs"][0], exact)]
+            ("empty cache, exact sizes", exact["runs"][0], exact),
+            ("fused: fresh, empty cache", fused_cold["runs"][0], fused_cold),
+            ("fused: fresh, warm cache", fused_warm["runs"][0], fused_warm),
+            ("fused: same process", fused_cold["runs"][1], None)]
     print(f"tiny Llama generate(max_new_tokens=64), CPU {cpu_seconds:.2f} s")
     print(f"{'neuron case':32} {'seconds':>8} {'x CPU':>8} {'RSS growth MB':>14} {'compiles':>9} {'disk loads':>10}")
     for name, r, whole in rows:
@@ -121,7 +130,8 @@ def generate_cases() -> None:
           f"{cold['evictions']} evicted")
     print(f"eager bucketing: first call {exact['runs'][0]['seconds'] / cold['runs'][0]['seconds']:.1f}x faster "
           f"than exact sizes, {exact['compiles']} -> {cold['compiles']} XLA compiles")
-    for name, result in (("cold", cold), ("warm", warm), ("exact", exact)):
+    for name, result in (("cold", cold), ("warm", warm), ("exact", exact), ("fused cold", fused_cold),
+                         ("fused warm", fused_warm)):
         assert result["tokens"] == cpu["tokens"], f"{name} neuron tokens differ from CPU's"
 
 
