@@ -154,10 +154,6 @@ def _first_or_foreign(desc: CallDescription, t: torch.Tensor, index: int, op) ->
     return True
 
 
-def _add_tensor(desc: CallDescription, t: torch.Tensor, op) -> None:
-    _add_tensors(desc, (t,), op)
-
-
 _lookup = storages.lookup
 
 
@@ -225,7 +221,7 @@ def _check_written_on_device(schema: OpSchema, args, kwargs, desc: CallDescripti
 def _describe_one(desc, kind, value, op) -> None:
     if kind is Kind.TENSOR:
         if isinstance(value, torch.Tensor):
-            _add_tensor(desc, value, op)
+            _add_tensors(desc, (value,), op)
         else:
             desc.key.append(value if value is None else ("py", type(value)))
             if value is not None:
@@ -237,7 +233,7 @@ def _describe_one(desc, kind, value, op) -> None:
         if value is None:
             desc.key.append(None)
         elif isinstance(value, torch.Tensor):
-            _add_tensor(desc, value, op)
+            _add_tensors(desc, (value,), op)
         else:
             desc.key.append(type(value))
             desc.scalars.append(value)
