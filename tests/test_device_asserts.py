@@ -120,16 +120,22 @@ def test_settings(env, expected):
 
 
 def test_a_second_process_with_a_warm_cache_names_the_failure(tmp_path):
-    """A checking op's program numbers its messages as its process traces it: it is never loaded by
-    name from the persistent cache, where another process's numbering would name another failure."""
-    import os
-    import subprocess
-    import sys
-    code = ("import torch, torchneuron\n"
-            "x = torch.arange(5.).to('neuron'); i = torch.tensor([1, 7]).to('neuron')\n"
-            "try:\n    x[i]; torch.neuron.synchronize()\nexcept RuntimeError as e:\n    print(e)\n")
+    """A checking op's program is stored and loaded by name like any other: message ids are the
+    same in every process, and the messages travel with the program. The second process traces
+    another check first (a per-process numbering would give the index check another id) and loads
+    the index program untraced."""
+    first = ("import torch, torchneuron\n"
+             "x = torch.arange(5.).to('neuron'); i = torch.tensor([1, 7]).to('neuron')\n")
+    second = ("import torch, torchneuron\n"
+              "x = torch.arange(5.).to('neuron'); i = torch.tensor([1, 7]).to('neuron')\n"
+              "x.gather(0, torch.tensor([4]).to('neuron')).cpu()\n")
+    check = ("try:\n    x[i]; torch.neuron.synchronize()\nexcept RuntimeError as e:\n    print(e)\n"
+             "print('untraced', torchneuron.cache_stats()['untraced_loads'])\n")
     env = {**os.environ, "TORCHNEURON_CACHE_DIR": str(tmp_path)}
-    for _ in range(2):
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
-                             check=False)
-        assert "out of bounds for size 5" in out.stdout, out.stderr[-2000:]
+    untraced = []
+    for code in (first, second):
+        out = subprocess.run([sys.executable, "-c", code + check], env=env, capture_output=True, text=True,
+                             timeout=120, check=False)
+        assert "aten.index.Tensor: index along dimension 0 out of bounds for size 5" in out.stdout, out.stdout + out.stderr[-2000:]
+        untraced.append(int(out.stdout.split("untraced")[-1]))
+    assert untraced[0] == 0 and untraced[1] >= 1

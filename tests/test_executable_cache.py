@@ -126,7 +126,7 @@ _WEIGHED_PROGRAM = """
     from torchneuron.runtime import compilation_cache, executables
     if os.environ.get("STORE_AS_SECONDS"):  # the first process: its compiles recorded as that long
         store = compilation_cache.store
-        compilation_cache.store = lambda key, compiled, seconds: store(key, compiled, float(os.environ["STORE_AS_SECONDS"]))
+        compilation_cache.store = lambda key, compiled, seconds, messages: store(key, compiled, float(os.environ["STORE_AS_SECONDS"]), messages)
     x = torch.randn(7, 19).to("neuron")
     y = torch.sinh(x).cpu()
     tiered = [e for f, s in executables.CACHE.entries for e in [f.signatures[s]]

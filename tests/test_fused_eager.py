@@ -231,3 +231,55 @@ def test_eager_mode_validates_and_is_set_by_the_environment():
                          env={**__import__("os").environ, "TORCHNEURON_EAGER": "fused"})
     mode, pending = out.stdout.split()
     assert mode == "fused" and int(pending) >= 1
+
+
+_SEGMENT_PROGRAM = """
+import json, jax, torch, torch.nn.functional as F, torchneuron
+from torchneuron.runtime import executables
+traced = []
+eval_shape = jax.eval_shape
+jax.eval_shape = lambda *a, **k: traced.append(1) or eval_shape(*a, **k)
+torch.manual_seed(0)
+table, ids = torch.randn(11, 37), torch.tensor([3, 1, 10, 4])
+t, i = table.to("neuron"), ids.to("neuron")
+results = []
+with torchneuron.eager_mode("fused"):
+    for step in range(executables._TIER_CHECKS[0] + 2):
+        results.append((F.embedding(i, t) * 1.5 + step).tanh().sum(0).cpu().tolist())
+executables._PROMOTER.wait()
+with torchneuron.eager_mode("fused"):
+    results.append((F.embedding(i, t) * 1.5 + 9).tanh().sum(0).cpu().tolist())
+stats = torchneuron.cache_stats()
+segments = [f.signatures[s] for f, s in executables.CACHE.entries if f.kind == "segment"]
+print(json.dumps({"results": results, "promotions": stats["promotions"], "compiles": stats["compiles"],
+                  "quick_segments": sum(isinstance(e, executables._Tiered) for e in segments),
+                  "segments": len(segments), "traced": len(traced)}))
+"""
+
+
+def test_a_hot_segment_compiles_again_at_full_optimisation_and_a_warm_process_loads_that(tmp_path):
+    """A segment compiles quick; called `_TIER_CHECKS[0]` times it is compiled again at full
+    optimisation on a worker thread and takes the quick one's place. A second process loads the
+    full program from the cache, and neither traces a plan nor compiles anything (the plans' output
+    shapes are stored too; the embedding's device check is stored with its message)."""
+    import json
+    import os
+    env = {**os.environ, "TORCHNEURON_CACHE_DIR": str(tmp_path)}
+    runs = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", _SEGMENT_PROGRAM], env=env, capture_output=True, text=True,
+                             timeout=300, check=False)
+        assert out.returncode == 0, out.stderr[-3000:]
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    cold, warm = runs
+    torch.manual_seed(0)
+    table, ids = torch.randn(11, 37), torch.tensor([3, 1, 10, 4])
+    steps = [*range(len(cold["results"]) - 1), 9]
+    expected = [(F.embedding(ids, table) * 1.5 + s).tanh().sum(0) for s in steps]
+    for run in runs:
+        for got, want in zip(run["results"], expected):
+            torch.testing.assert_close(torch.tensor(got), want)
+    assert cold["promotions"] >= 1 and cold["segments"] >= 1 and cold["traced"] > 0
+    assert cold["quick_segments"] < cold["segments"]  # the hot one runs its full program
+    assert warm["compiles"] == 0 and warm["traced"] == 0 and warm["promotions"] == 0
+    assert warm["quick_segments"] < warm["segments"]  # loaded at full optimisation

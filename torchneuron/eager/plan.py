@@ -144,9 +144,8 @@ class Plan(PlanExecution):
         # the lowering checks conditions on the device: the device's failure word goes through the call
         self.checked = lowering.checks and device_asserts.ENABLED
         # compiled per buffer signature, its executables in the runtime's bounded cache; unnamed
-        # (never loaded untraced, never shared): user code, and device checks, whose message ids
-        # are numbered as this process traces them
-        identity = None if lowering.user_code or self.checked else self._identity(schema, desc)
+        # (never loaded untraced, never shared): user code, which the name cannot cover
+        identity = None if lowering.user_code else self._identity(schema, desc)
         self.function = None if self.data_dependent else _program(identity, lambda: executables.Function(
             self._body, "eager", str(self.op), donate_argnums=tuple(range(n_written)), identity=identity))
         # The common call (nothing written, one fresh result, buffers in argument order) takes a

@@ -14,7 +14,7 @@ import threading
 
 import jax.numpy as jnp
 
-from ..runtime import device_asserts
+from ..runtime import assert_messages
 
 _active = threading.local()
 
@@ -64,5 +64,5 @@ def updated_failure(failure, checks):
     holds, else the message id of the first failing check (an int32 scalar)."""
     code = jnp.zeros((), jnp.int32)
     for ok, message in reversed(checks):
-        code = jnp.where(ok, code, jnp.int32(device_asserts.message_id(message)))
+        code = jnp.where(ok, code, jnp.int32(assert_messages.message_id(message)))
     return jnp.where(failure != 0, failure, code)

@@ -162,10 +162,40 @@ def stored_key(identity: str, args, options) -> str | None:
     arguments = [(tuple(x.shape), str(x.dtype), bool(getattr(x, "weak_type", False)),
                   tuple(d.id for d in x.sharding.device_set) if isinstance(x, jax.Array) else None)
                  for x in leaves]
-    settings = (config.PLATFORM, config.CORES, config.DEVICE_ASSERTS, str(torch.get_default_dtype()),
-                torch.are_deterministic_algorithms_enabled(), jax.devices()[0].device_kind)
-    text = repr((identity, str(tree), arguments, sorted((options or {}).items()), settings, _code_version()))
+    text = repr((identity, str(tree), arguments, sorted((options or {}).items()), _settings(), _code_version()))
     return _STORED_PREFIX + hashlib.sha256(text.encode()).hexdigest()
+
+
+def _settings() -> tuple:
+    return (config.PLATFORM, config.CORES, config.DEVICE_ASSERTS, str(torch.get_default_dtype()),
+            torch.are_deterministic_algorithms_enabled(), jax.devices()[0].device_kind)
+
+
+def output_avals_key(identity: str, avals: tuple) -> str | None:
+    """The store's key of the output shapes and dtypes of a program named `identity` for inputs of
+    `avals` ((shape, dtype) each), or None while the cache is off or the name is per-process."""
+    if _directory is None or " at 0x" in identity:
+        return None
+    text = repr((identity, "output avals", avals, _settings(), _code_version()))
+    return _STORED_PREFIX + hashlib.sha256(text.encode()).hexdigest()
+
+
+def load_value(key: str):
+    """A small value stored under `key` (`store_value`), or None."""
+    store = _store()
+    try:
+        blob = store.get(key) if store is not None else None
+        return None if blob is None else pickle.loads(blob)
+    except Exception:  # noqa: BLE001  (torn or foreign: recomputed, and the next store replaces it)
+        return None
+
+
+def store_value(key: str, value) -> None:
+    """Keep a small picklable value under `key` (a failed write only loses it)."""
+    target = _store()
+    if target is not None:
+        with contextlib.suppress(Exception):
+            target.put(key, pickle.dumps(value))
 
 
 def _store():
@@ -192,7 +222,7 @@ def _initialize_lapack() -> None:
 
 def load(key: str, args):
     """(The compiled executable stored under `key`, loaded onto the device of `args`, the seconds
-    its compile took), or None (absent, unreadable or stale)."""
+    its compile took, its device-assert messages by id), or None (absent, unreadable or stale)."""
     store = _store()
     try:
         blob = store.get(key) if store is not None else None
@@ -200,20 +230,21 @@ def load(key: str, args):
             return None
         if _LAPACK_TARGET in blob:
             _initialize_lapack()
-        serialized, seconds = pickle.loads(blob)
-        return deserialize_and_load(*serialized, execution_devices=[_device_of(args)]), seconds
+        serialized, seconds, messages = pickle.loads(blob)
+        return deserialize_and_load(*serialized, execution_devices=[_device_of(args)]), seconds, messages
     except Exception:  # noqa: BLE001  (a torn or foreign entry: compile instead; the next store replaces it)
         return None
 
 
-def store(key: str, compiled, seconds: float) -> None:
-    """Store `compiled` under `key` with the seconds its compile took: a process that loads it
-    weighs a recompile at full optimisation by what compiling cost, not by what loading did."""
+def store(key: str, compiled, seconds: float, messages: dict) -> None:
+    """Store `compiled` under `key` with the seconds its compile took (a process that loads it
+    weighs a recompile at full optimisation by what compiling cost, not by what loading did) and
+    the messages of its device asserts (id -> message: the process that loads it reports them)."""
     target = _store()
     if target is None:
         return
     try:
-        target.put(key, pickle.dumps((serialize(compiled), seconds)))
+        target.put(key, pickle.dumps((serialize(compiled), seconds, messages)))
     except Exception as e:  # noqa: BLE001  (a full disk, an unserialisable program): once, then uncached
         with _lock:
             if _directory is not None:
@@ -227,8 +258,8 @@ def _count(event: str, **kwargs) -> None:
 
 
 def compile(jitted, args, options=None):
-    """(The executable of `jitted` for `args`, whether it came from the disk cache); `options`:
-    XLA compiler options."""
+    """(The executable of `jitted` for `args`, whether it came from the disk cache, the lowered
+    program it was compiled from); `options`: XLA compiler options."""
     lowered = jitted.lower(*args)
     hits = _disk_hits[0]
     with warnings.catch_warnings(record=True) as caught:
@@ -242,7 +273,7 @@ def compile(jitted, args, options=None):
                     enable(None)
         else:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    return compiled, _disk_hits[0] != hits
+    return compiled, _disk_hits[0] != hits, lowered
 
 
 # JAX warns for every entry it fails to read or write (compiles outside our Functions included);

@@ -33,7 +33,7 @@ import jax
 import numpy as np
 
 from .. import config
-from . import executables
+from . import assert_messages, compilation_cache, executables
 from .dtypes import PYTHON_SCALAR_TYPES
 
 # A bounded segment: a longer one is flushed (what a pending segment holds alive stays bounded,
@@ -157,12 +157,21 @@ def fused(on: bool):
 
 
 def _out_avals(function, signature: tuple) -> list:
-    """Shapes and dtypes of `function`'s outputs for inputs of `signature` (traced once each)."""
+    """Shapes and dtypes of `function`'s outputs for inputs of `signature`: traced once each, or
+    read from the persistent cache for a named function (a warm process traces no plan at all)."""
     found = _OUT_AVALS.get(signature)
     if found is None:
-        structs = [jax.ShapeDtypeStruct(*aval) for aval in signature[1:]]
-        out = jax.eval_shape(function.jitted, *structs)
-        found = _OUT_AVALS[signature] = [(o.shape, o.dtype) for o in jax.tree_util.tree_leaves(out)]
+        key = compilation_cache.output_avals_key(function.identity, signature[1:]) if function.identity else None
+        found = compilation_cache.load_value(key) if key is not None else None
+        if found is None:
+            structs = [jax.ShapeDtypeStruct(*aval) for aval in signature[1:]]
+            with assert_messages.collected() as messages:  # (a segment reuses this trace: see flush)
+                out = jax.eval_shape(function.jitted, *structs)
+            function.messages |= messages
+            found = [(o.shape, o.dtype) for o in jax.tree_util.tree_leaves(out)]
+            if key is not None:
+                compilation_cache.store_value(key, found)
+        _OUT_AVALS[signature] = found
     return found
 
 
@@ -300,6 +309,8 @@ def flush(reason: str = "flush", drain: bool = True) -> None:
             program = _SEGMENTS[key] = executables.Function(
                 composed(segment.nodes, [(j, k) for j, k, _ in live]), "segment", f"segment of {len(segment.nodes)}",
                 on_empty=functools.partial(_SEGMENTS.pop, key, None), identity=_identity(segment.nodes, live))
+            # its plans' checks, whose traces it reuses (their messages are stored with it)
+            program.messages = set().union(*(function.messages for function, _ in segment.nodes))
         started = time.perf_counter()
         new = not program.signatures
         try:
@@ -327,7 +338,7 @@ def composed(nodes, live):
         values = []
         for function, refs in nodes:
             args = [inputs[r] if type(r) is int else values[r[0]][r[1]] for r in refs]
-            out = function.fn(*args)
+            out = function.jitted(*args)
             values.append(list(out) if isinstance(out, (tuple, list)) else [out])
         return [values[j][k] for j, k in live]
     return program

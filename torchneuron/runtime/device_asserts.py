@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import config
-from . import deferred, devices
+from . import assert_messages, deferred, devices
 
 ENABLED = config.DEVICE_ASSERTS
 LAUNCH_BLOCKING = config.LAUNCH_BLOCKING
@@ -23,19 +23,8 @@ class DeviceAssertError(RuntimeError):
     """A condition checked on a NeuronCore failed (an index out of bounds, say)."""
 
 
-_messages: list[str] = []  # message id - 1 -> message
-_ids: dict[str, int] = {}
 _words: dict[int, jax.Array] = {}  # device index -> its failure word, once a checking call ran
 _unread: set[int] = set()  # cores whose word changed since the host last read it
-
-
-def message_id(message: str) -> int:
-    """The id a failure word holds for `message` (at trace time)."""
-    found = _ids.get(message)
-    if found is None:
-        _messages.append(message)
-        found = _ids[message] = len(_messages)
-    return found
 
 
 def word(device_index: int) -> jax.Array:
@@ -85,7 +74,7 @@ def raise_failures() -> None:
         if code:
             _words[index] = jnp.zeros_like(value)
             hint = "" if LAUNCH_BLOCKING else " (TORCHNEURON_LAUNCH_BLOCKING=1 raises at the op itself)"
-            raise DeviceAssertError(f"neuron: device-side assert triggered: {_messages[code - 1]}{hint}")
+            raise DeviceAssertError(f"neuron: device-side assert triggered: {assert_messages.text(code)}{hint}")
 
 
 deferred.AFTER_FLUSH.append(resolve_pending)

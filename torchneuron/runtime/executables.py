@@ -26,7 +26,7 @@ import warnings
 import jax
 
 from .. import config
-from . import compilation_cache
+from . import assert_messages, compilation_cache
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 # Evictions between clears of JAX's own caches: each clear costs a retrace of whatever is compiled
@@ -48,8 +48,14 @@ _MIN_ENTRY_BYTES = 64 << 10
 _QUICK = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
 _QUICK_BYTES = 1 << 20
 _QUICK_PLATFORM = config.PLATFORM == "cpu"  # (measured there; accelerators' compilers differ)
-# Only single ops' programs: compiled graphs, fused segments and captured graphs run many ops many times.
-_QUICK_KINDS = ("eager", "runtime")
+# Single ops' programs, and fused eager's segments; compiled and captured graphs run many ops many
+# times. A segment compiles quick (a decode step's: ~3x faster), and once it has been called
+# `_TIER_CHECKS[0]` times it compiles again at full optimisation on a worker thread (XLA compiles
+# without the GIL), taking the quick one's place when ready: a cold `generate` pays quick compiles,
+# a training loop soon runs full-speed code. (A segment loaded quick from disk has no lowered
+# program to promote in the background; it follows the single ops' rule below.)
+_QUICK_KINDS = ("eager", "runtime", "segment")
+_BACKGROUND_KINDS = ("segment",)
 
 
 # Calls at which a quick executable weighs a recompile: its measured time times the calls so far,
@@ -80,6 +86,7 @@ class Function:
         "identity",
         "jitted",
         "kind",
+        "messages",
         "name",
         "on_empty",
         "seen",
@@ -94,6 +101,7 @@ class Function:
         # with it the persistent cache loads the program without tracing it
         self.identity = identity
         self.kind = kind  # "eager", "compile" or "runtime": cache_stats() reports each
+        self.messages: set = set()  # ids of the device-assert messages its traces made (stored with it)
         self.name = name
         self.compiled = _not_compiled  # the executable of the latest signature
         self.calls = 0  # calls through the hot path (hits = calls - misses)
@@ -160,19 +168,24 @@ class _Tiered:
     that call's arguments: the cache's key and device come from them). After the last check it hands
     the hot path the bare executable."""
 
-    __slots__ = ("call", "calls", "compile_seconds", "entry", "next_check", "promote")
+    __slots__ = ("background", "call", "calls", "compile_seconds", "entry", "next_check", "promote")
 
-    def __init__(self, call, entry, compile_seconds: float):
+    def __init__(self, call, entry, compile_seconds: float, background=None):
         self.call = call
         self.entry = entry  # (function, signature)
         self.compile_seconds = compile_seconds
         self.calls = 0
         self.next_check = _TIER_CHECKS[0]
         self.promote = False
+        self.background = background  # (lowered program, store key of the full one): promoted off-thread
 
     def __call__(self, *args):
         self.calls += 1
         if self.calls < self.next_check:
+            return self.call(*args)
+        if self.background is not None:
+            self.next_check = float("inf")  # (the promotion replaces this entry when it is ready)
+            _PROMOTER.submit(self)
             return self.call(*args)
         if self.promote and _signature(args)[1:] == self.entry[1][1:]:  # (the hot path's args are a list)
             return CACHE.promote(self, args)(*args)
@@ -220,22 +233,37 @@ class ExecutableCache:
                 and _argument_bytes(args) <= _QUICK_BYTES
             options = _QUICK if quick else None
             key = compilation_cache.stored_key(function.identity, args, options) if function.identity else None
-            loaded = compilation_cache.load(key, args) if key is not None else None
+            background = quick and function.kind in _BACKGROUND_KINDS
+            full_key = compilation_cache.stored_key(function.identity, args, None) \
+                if background and function.identity else None
+            loaded = compilation_cache.load(full_key, args) if full_key is not None else None
+            if loaded is not None:  # promoted in an earlier process: its full executable
+                quick = background = False
+            elif key is not None:
+                loaded = compilation_cache.load(key, args)
+                background = background and loaded is None  # (loaded: nothing lowered to compile again off-thread)
             from_disk = loaded is not None
             self.stats["untraced_loads"] += from_disk
+            lowered = None
             if loaded is None:
-                compiled, from_disk = compilation_cache.compile(function.jitted, args, options)
+                with assert_messages.collected() as messages:
+                    compiled, from_disk, lowered = compilation_cache.compile(function.jitted, args, options)
                 compiling = time.perf_counter() - started
+                # (a retrace JAX serves from its own cache collects nothing: the function keeps the union)
+                function.messages |= messages
                 if key is not None and not from_disk:  # (XLA:CPU: one loaded from disk serialises without its code)
-                    compilation_cache.store(key, compiled, compiling)
+                    compilation_cache.store(key, compiled, compiling, assert_messages.messages_of(function.messages))
             else:
-                compiled, compiling = loaded
+                compiled, compiling, messages = loaded
+                assert_messages.register(messages)
+                function.messages |= set(messages)
             compiled = _direct_call(compiled)
             seconds = time.perf_counter() - started
             self.stats["compile_seconds"] += seconds
             self.stats["disk_hits" if from_disk else "compiles"] += 1
             if quick:  # (weighed by what a compile costs: a promotion found on disk is cheaper still)
-                compiled = _Tiered(compiled, (function, signature), max(seconds, compiling))
+                compiled = _Tiered(compiled, (function, signature), max(seconds, compiling),
+                                   (lowered, full_key) if background and lowered is not None else None)
             size = self._entry_bytes(_resident() - before)
             function.signatures[signature] = compiled
             self.entries[(function, signature)] = size
@@ -259,6 +287,33 @@ class ExecutableCache:
             if function.compiled is tiered:
                 function.compiled = compiled
             return compiled
+
+    def promote_in_background(self, tiered: _Tiered) -> None:
+        """(On the worker thread) compile a quick executable's lowered program at full optimisation
+        and put it in the quick one's place, unless the cache dropped that entry meanwhile."""
+        function, signature = tiered.entry
+        lowered, key = tiered.background
+        tiered.background = None
+        if function.signatures.get(signature) is not tiered:
+            return
+        started = time.perf_counter()
+        try:
+            compiled = lowered.compile()
+        except Exception:  # noqa: BLE001  (it keeps running quick, as it did)
+            self.settle(tiered)
+            return
+        seconds = time.perf_counter() - started
+        if key is not None:
+            compilation_cache.store(key, compiled, seconds, assert_messages.messages_of(function.messages))
+        compiled = _direct_call(compiled)
+        with self._lock:
+            if function.signatures.get(signature) is not tiered:
+                return
+            function.signatures[signature] = compiled
+            if function.compiled is tiered:
+                function.compiled = compiled
+            self.stats["promotions"] += 1
+            self.stats["compile_seconds"] += seconds
 
     def settle(self, tiered: _Tiered) -> None:
         """A quick executable that stays quick: the hot path calls it bare from now on."""
@@ -337,6 +392,46 @@ class ExecutableCache:
 
 
 CACHE = ExecutableCache(config.CACHE_LIMIT)
+
+
+class _Promoter:
+    """Runs background promotions one at a time on a worker thread, which ends when the queue is
+    empty or the main thread has ended (a process that exits waits for one compile at most)."""
+
+    def __init__(self):
+        self.jobs: collections.deque = collections.deque()
+        self.thread: threading.Thread | None = None
+        self.lock = threading.Lock()
+
+    def submit(self, tiered: _Tiered) -> None:
+        with self.lock:
+            self.jobs.append(tiered)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._work, name="torchneuron-promote")
+                self.thread.start()
+
+    def _work(self) -> None:
+        main = threading.main_thread()
+        while True:
+            with self.lock:
+                if not self.jobs or not main.is_alive():
+                    self.jobs.clear()
+                    self.thread = None
+                    return
+                tiered = self.jobs.popleft()
+            CACHE.promote_in_background(tiered)
+
+    def wait(self) -> None:
+        """Until every submitted promotion has run (tests)."""
+        while True:
+            with self.lock:
+                thread = self.thread
+            if thread is None:
+                return
+            thread.join()
+
+
+_PROMOTER = _Promoter()
 
 
 def cache_stats() -> dict:

@@ -31,7 +31,8 @@ def layout_of(t: torch.Tensor) -> Layout:
 @functools.lru_cache(maxsize=4096)
 def _reader(layout: Layout, dtype, buffer_dtype, buffer_length):
     del buffer_dtype, buffer_length  # part of the cache key: jit specialises on them anyway
-    return executables.Function(lambda buf: read(storages.bitcast(buf, dtype), layout), "runtime", "read")
+    return executables.Function(lambda buf: read(storages.bitcast(buf, dtype), layout), "runtime", "read",
+                                identity=repr(("read", tuple(layout), str(dtype))))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -41,7 +42,8 @@ def _writer(layout: Layout, dtype, bits, buffer_dtype, buffer_length):
     def write_value(buf, value):
         value = apply_math_bits(value.reshape(layout.shape), bits)
         return write(storages.bitcast(buf, dtype), layout, value)
-    return executables.Function(write_value, "runtime", "write", donate_argnums=(0,))
+    return executables.Function(write_value, "runtime", "write", donate_argnums=(0,),
+                                identity=repr(("write", tuple(layout), str(dtype), tuple(bits))))
 
 
 def value_of(t: torch.Tensor) -> jax.Array:
