@@ -244,9 +244,9 @@ table, ids = torch.randn(11, 37), torch.tensor([3, 1, 10, 4])
 t, i = table.to("neuron"), ids.to("neuron")
 results = []
 with torchneuron.eager_mode("fused"):
-    for step in range(executables._TIER_CHECKS[0] + 2):
+    for step in range(executables._BACKGROUND_AFTER + 2):
         results.append((F.embedding(i, t) * 1.5 + step).tanh().sum(0).cpu().tolist())
-executables._PROMOTER.wait()
+executables.wait_for_promotions()
 with torchneuron.eager_mode("fused"):
     results.append((F.embedding(i, t) * 1.5 + 9).tanh().sum(0).cpu().tolist())
 stats = torchneuron.cache_stats()
@@ -258,7 +258,7 @@ print(json.dumps({"results": results, "promotions": stats["promotions"], "compil
 
 
 def test_a_hot_segment_compiles_again_at_full_optimisation_and_a_warm_process_loads_that(tmp_path):
-    """A segment compiles quick; called `_TIER_CHECKS[0]` times it is compiled again at full
+    """A segment compiles quick; called `_BACKGROUND_AFTER` times it is compiled again at full
     optimisation on a worker thread and takes the quick one's place. A second process loads the
     full program from the cache, and neither traces a plan nor compiles anything (the plans' output
     shapes are stored too; the embedding's device check is stored with its message)."""

@@ -32,7 +32,7 @@ from .. import config
 
 # Disk the cache may fill; past it the least recently used entries go (DirectoryStore.prune).
 DISK_LIMIT = 4 << 30
-_disk_hits = [0]
+_disk_hits = threading.local()  # .count: JAX's persistent-cache hits on this thread
 _lock = threading.Lock()
 _directory: str | None = None
 
@@ -253,15 +253,19 @@ def store(key: str, compiled, seconds: float, messages: dict) -> None:
 
 
 def _count(event: str, **kwargs) -> None:
-    if event == "/jax/compilation_cache/cache_hits":
-        _disk_hits[0] += 1
+    if event == "/jax/compilation_cache/cache_hits":  # (recorded on the thread that compiles)
+        _disk_hits.count = _hits_here() + 1
+
+
+def _hits_here() -> int:
+    return getattr(_disk_hits, "count", 0)
 
 
 def compile(jitted, args, options=None):
     """(The executable of `jitted` for `args`, whether it came from the disk cache, the lowered
     program it was compiled from); `options`: XLA compiler options."""
     lowered = jitted.lower(*args)
-    hits = _disk_hits[0]
+    hits = _hits_here()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
@@ -273,7 +277,16 @@ def compile(jitted, args, options=None):
                     enable(None)
         else:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    return compiled, _disk_hits[0] != hits, lowered
+    return compiled, _hits_here() != hits, lowered
+
+
+def compile_again(lowered, options=None):
+    """(An executable of `lowered` compiled with `options`, whether it came from the disk cache),
+    on a worker thread: no warnings are caught here (catching them is not thread-safe; JAX's
+    cache warnings are filtered below), so a failed cache write only loses that entry."""
+    hits = _hits_here()
+    compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
+    return compiled, _hits_here() != hits
 
 
 # JAX warns for every entry it fails to read or write (compiles outside our Functions included);

@@ -49,13 +49,17 @@ _QUICK = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": Fa
 _QUICK_BYTES = 1 << 20
 _QUICK_PLATFORM = config.PLATFORM == "cpu"  # (measured there; accelerators' compilers differ)
 # Single ops' programs, and fused eager's segments; compiled and captured graphs run many ops many
-# times. A segment compiles quick (a decode step's: ~3x faster), and once it has been called
-# `_TIER_CHECKS[0]` times it compiles again at full optimisation on a worker thread (XLA compiles
-# without the GIL), taking the quick one's place when ready: a cold `generate` pays quick compiles,
-# a training loop soon runs full-speed code. (A segment loaded quick from disk has no lowered
-# program to promote in the background; it follows the single ops' rule below.)
+# times. A segment compiles quick (a decode step's: 2-3x faster), and once it has been called
+# `_BACKGROUND_AFTER` times (a loop's body) it compiles again at full optimisation on a worker thread
+# (XLA compiles without the GIL) and takes the quick one's place when ready: a cold `generate` pays
+# quick compiles, a training loop soon runs full-speed code. Sooner would compile most of a
+# `generate`'s segments twice, each used a few times more (a bucket's decode steps), and on two
+# cores that compile slows the calling thread by more than the full program saves. (A segment
+# loaded quick from disk has no lowered program to promote in the background; it follows the single
+# ops' rule below.)
 _QUICK_KINDS = ("eager", "runtime", "segment")
 _BACKGROUND_KINDS = ("segment",)
+_BACKGROUND_AFTER = 16
 
 
 # Calls at which a quick executable weighs a recompile: its measured time times the calls so far,
@@ -184,8 +188,11 @@ class _Tiered:
         if self.calls < self.next_check:
             return self.call(*args)
         if self.background is not None:
-            self.next_check = float("inf")  # (the promotion replaces this entry when it is ready)
-            _PROMOTER.submit(self)
+            if self.calls < _BACKGROUND_AFTER:
+                self.next_check = _BACKGROUND_AFTER
+            else:
+                self.next_check = float("inf")  # (the promotion replaces this entry when it is ready)
+                _PROMOTER.submit(self)
             return self.call(*args)
         if self.promote and _signature(args)[1:] == self.entry[1][1:]:  # (the hot path's args are a list)
             return CACHE.promote(self, args)(*args)
@@ -298,12 +305,12 @@ class ExecutableCache:
             return
         started = time.perf_counter()
         try:
-            compiled = lowered.compile()
+            compiled, from_disk = compilation_cache.compile_again(lowered)
         except Exception:  # noqa: BLE001  (it keeps running quick, as it did)
             self.settle(tiered)
             return
         seconds = time.perf_counter() - started
-        if key is not None:
+        if key is not None and not from_disk:  # (XLA:CPU: one loaded from disk serialises without its code)
             compilation_cache.store(key, compiled, seconds, assert_messages.messages_of(function.messages))
         compiled = _direct_call(compiled)
         with self._lock:
@@ -432,6 +439,12 @@ class _Promoter:
 
 
 _PROMOTER = _Promoter()
+
+
+def wait_for_promotions() -> None:
+    """Return once the background compiles submitted so far have finished (benchmarks that time
+    a steady state, tests)."""
+    _PROMOTER.wait()
 
 
 def cache_stats() -> dict:
