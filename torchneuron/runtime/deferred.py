@@ -91,7 +91,6 @@ _mode = {"fused": config.EAGER == "fused"}
 _segment = Segment()
 _lock = threading.RLock()
 _SEGMENTS: dict = {}  # structure -> executables.Function
-_OUT_AVALS: dict = {}  # (function, input signature) -> [(shape, dtype)] of its outputs
 STATS = collections.Counter()  # ops, segments, segment_compiles, and flush reasons ("flush:<reason>")
 
 
@@ -157,21 +156,22 @@ def fused(on: bool):
 
 
 def _out_avals(function, signature: tuple) -> list:
-    """Shapes and dtypes of `function`'s outputs for inputs of `signature`: traced once each, or
-    read from the persistent cache for a named function (a warm process traces no plan at all)."""
-    found = _OUT_AVALS.get(signature)
+    """Shapes and dtypes of `function`'s outputs for inputs of `signature` ((shape, dtype) each):
+    traced once each, or read from the persistent cache for a named function (a warm process traces
+    no plan at all). Kept on the function: they go when the cache drops it."""
+    found = function.out_avals.get(signature)
     if found is None:
-        key = compilation_cache.output_avals_key(function.identity, signature[1:]) if function.identity else None
+        key = compilation_cache.output_avals_key(function.identity, signature) if function.identity else None
         found = compilation_cache.load_value(key) if key is not None else None
         if found is None:
-            structs = [jax.ShapeDtypeStruct(*aval) for aval in signature[1:]]
+            structs = [jax.ShapeDtypeStruct(*aval) for aval in signature]
             with assert_messages.collected() as messages:  # (a segment reuses this trace: see flush)
                 out = jax.eval_shape(function.jitted, *structs)
             function.messages |= messages
             found = [(o.shape, o.dtype) for o in jax.tree_util.tree_leaves(out)]
             if key is not None:
                 compilation_cache.store_value(key, found)
-        _OUT_AVALS[signature] = found
+        function.out_avals[signature] = found
     return found
 
 
@@ -196,7 +196,7 @@ def record(function, flat, device_index: int, rng_at: int = -1) -> list:
             segment = _segment
             segment.device = device_index
         refs = []
-        signature = [function]
+        signature = []
         input_index = segment.input_index
         input_avals = segment.input_avals
         recording = _capture["recording"]

@@ -93,6 +93,7 @@ class Function:
         "messages",
         "name",
         "on_empty",
+        "out_avals",
         "seen",
         "signatures",
     )
@@ -112,6 +113,7 @@ class Function:
         self.seen = 0  # calls at the clock's last sweep
         self.signatures: dict = {}  # signature -> compiled executable
         self.on_empty = on_empty  # called once the cache evicted every executable of this function
+        self.out_avals: dict = {}  # input (shape, dtype)s -> its outputs' (fused eager records by them)
 
     def __call__(self, *args):
         self.calls += 1
