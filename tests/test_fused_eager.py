@@ -283,3 +283,23 @@ def test_a_hot_segment_compiles_again_at_full_optimisation_and_a_warm_process_lo
     assert cold["quick_segments"] < cold["segments"]  # the hot one runs its full program
     assert warm["compiles"] == 0 and warm["traced"] == 0 and warm["promotions"] == 0
     assert warm["quick_segments"] < warm["segments"]  # loaded at full optimisation
+
+
+def test_plans_that_ran_only_inside_segments_go_when_their_segments_go(monkeypatch):
+    """A plan recorded in fused eager never compiles a program of its own, so the cache's eviction
+    never reached it: each new shape kept a plan forever. It now goes once no cached segment runs it."""
+    from torchneuron.eager import buckets, driver
+    from torchneuron.runtime import executables
+    monkeypatch.setattr(buckets, "ENABLED", False)  # (exact sizes: a plan per length)
+    limit = executables.CACHE.limit
+    lengths = range(101, 141)
+    try:
+        executables.set_cache_limit(1)  # only the newest executable stays
+        with torchneuron.eager_mode("fused"):
+            for n in lengths:
+                x = torch.arange(float(n))
+                torch.testing.assert_close((x.to("neuron") * 3 + 1).cpu(), x * 3 + 1)
+    finally:
+        executables.set_cache_limit(limit)
+    kept = [key for key in driver.plans_of(torch.ops.aten.mul.Tensor) if key[0][0][0] in lengths]
+    assert len(kept) <= 2, kept

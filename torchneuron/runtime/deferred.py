@@ -306,9 +306,12 @@ def flush(reason: str = "flush", drain: bool = True) -> None:
         program = _SEGMENTS.get(key)
         if program is None:
             STATS["segment_compiles"] += 1
+            plans = {function for function, _ in segment.nodes}
+            for function in plans:
+                function.segments += 1
             program = _SEGMENTS[key] = executables.Function(
                 composed(segment.nodes, [(j, k) for j, k, _ in live]), "segment", f"segment of {len(segment.nodes)}",
-                on_empty=functools.partial(_SEGMENTS.pop, key, None), identity=_identity(segment.nodes, live))
+                on_empty=functools.partial(_segment_evicted, key, plans), identity=_identity(segment.nodes, live))
             # its plans' checks, whose traces it reuses (their messages are stored with it)
             program.messages = set().union(*(function.messages for function, _ in segment.nodes))
         started = time.perf_counter()
@@ -324,6 +327,17 @@ def flush(reason: str = "flush", drain: bool = True) -> None:
             print(f"[torchneuron] flush ({reason}): {len(segment.nodes)} ops, {len(live)} live values, "
                   f"{'new program' if new else 'cached program'}, {1e3 * (time.perf_counter() - started):.1f} ms",
                   file=sys.stderr)
+
+
+def _segment_evicted(key, plans) -> None:
+    """The cache dropped a segment's program. A plan function that only ran inside segments has no
+    executable of its own for the cache to evict: it goes (with the plan that holds it) once no
+    cached segment holds it, or fused eager would keep a plan per shape forever."""
+    _SEGMENTS.pop(key, None)
+    for function in plans:
+        function.segments -= 1
+        if not function.segments and not function.signatures and function.on_empty is not None:
+            function.on_empty()
 
 
 def _rebind() -> None:

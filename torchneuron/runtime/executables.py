@@ -95,6 +95,7 @@ class Function:
         "on_empty",
         "out_avals",
         "seen",
+        "segments",
         "signatures",
     )
 
@@ -114,6 +115,7 @@ class Function:
         self.signatures: dict = {}  # signature -> compiled executable
         self.on_empty = on_empty  # called once the cache evicted every executable of this function
         self.out_avals: dict = {}  # input (shape, dtype)s -> its outputs' (fused eager records by them)
+        self.segments = 0  # cached fused segments whose programs run it (runtime/deferred.py)
 
     def __call__(self, *args):
         self.calls += 1
