@@ -213,11 +213,12 @@ def test_an_unusable_cache_directory_warns_and_runs_uncached(tmp_path):
 def test_a_failing_cache_write_warns_once_and_turns_the_cache_off(tmp_path):
     run = _run("""
         import errno, json, warnings, torch
-        from jax._src import compilation_cache
+        import torchneuron
+        from torchneuron.runtime import compilation_cache
         def full_disk(*args, **kwargs):
             raise OSError(errno.ENOSPC, "No space left on device")
-        compilation_cache.put_executable_and_time = full_disk
-        import torchneuron
+        # the one store both JAX's writes (unnamed programs) and ours (named ones) go through
+        compilation_cache.DirectoryStore.put = full_disk
         with warnings.catch_warnings(record=True) as caught:  # (the default filters)
             values = [(torch.arange(n).to('neuron') * 3).sum().item() for n in range(3, 9)]
         ours = [str(w.message) for w in caught if "compilation cache" in str(w.message)]

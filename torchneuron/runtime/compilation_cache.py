@@ -25,6 +25,7 @@ import jax
 import jaxlib
 import torch
 from jax._src import compilation_cache as _jax_cache
+from jax._src import config as _jax_config
 from jax._src.compilation_cache_interface import CacheInterface
 from jax.experimental.serialize_executable import deserialize_and_load, serialize
 
@@ -261,12 +262,19 @@ def _hits_here() -> int:
     return getattr(_disk_hits, "count", 0)
 
 
-def compile(jitted, args, options=None):
+def _jax_writes(named: bool):
+    """JAX's own store writes every compile it did not find; a program we store under its name
+    (`store`) would be written twice (serialising a segment took a tenth of a cold fused run)."""
+    return _jax_config.persistent_cache_min_compile_time_secs(float("inf")) if named else contextlib.nullcontext()
+
+
+def compile(jitted, args, options=None, named: bool = False):
     """(The executable of `jitted` for `args`, whether it came from the disk cache, the lowered
-    program it was compiled from); `options`: XLA compiler options."""
+    program it was compiled from); `options`: XLA compiler options; `named`: the caller stores it
+    under its name, JAX's cache need not."""
     lowered = jitted.lower(*args)
     hits = _hits_here()
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, _jax_writes(named):
         warnings.simplefilter("always")
         compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
     for w in caught:
@@ -280,12 +288,13 @@ def compile(jitted, args, options=None):
     return compiled, _hits_here() != hits, lowered
 
 
-def compile_again(lowered, options=None):
+def compile_again(lowered, options=None, named: bool = False):
     """(An executable of `lowered` compiled with `options`, whether it came from the disk cache),
     on a worker thread: no warnings are caught here (catching them is not thread-safe; JAX's
     cache warnings are filtered below), so a failed cache write only loses that entry."""
     hits = _hits_here()
-    compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
+    with _jax_writes(named):
+        compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
     return compiled, _hits_here() != hits
 
 

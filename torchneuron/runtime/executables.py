@@ -258,7 +258,8 @@ class ExecutableCache:
             lowered = None
             if loaded is None:
                 with assert_messages.collected() as messages:
-                    compiled, from_disk, lowered = compilation_cache.compile(function.jitted, args, options)
+                    compiled, from_disk, lowered = compilation_cache.compile(function.jitted, args, options,
+                                                                             named=key is not None)
                 compiling = time.perf_counter() - started
                 # (a retrace JAX serves from its own cache collects nothing: the function keeps the union)
                 function.messages |= messages
@@ -309,7 +310,7 @@ class ExecutableCache:
             return
         started = time.perf_counter()
         try:
-            compiled, from_disk = compilation_cache.compile_again(lowered)
+            compiled, from_disk = compilation_cache.compile_again(lowered, named=key is not None)
         except Exception:  # noqa: BLE001  (it keeps running quick, as it did)
             self.settle(tiered)
             return
