@@ -155,20 +155,13 @@ def bitcast(array: jax.Array, dtype) -> jax.Array:
 def zeros(length: int, dtype, device_index: int) -> jax.Array:
     """A flat buffer of zeros on a NeuronCore, made by a cached executable: about 8 µs, where
     jnp.zeros and a device_put take about 250 µs."""
-    return _zeros_maker(length, np.dtype(dtype))(_core_anchor(device_index))
+    return _zeros_maker(length, np.dtype(dtype), device_index)()
 
 
 @functools.lru_cache(maxsize=1024)
-def _zeros_maker(length: int, dtype: np.dtype):
-    # (its argument, a scalar on the core, says where it runs: the program is stored by name and a
-    # warm process loads it untraced onto that core)
-    return executables.Function(lambda core: jnp.zeros((length,), dtype), "runtime", "zeros",
-                                identity=repr(("zeros", length, str(dtype))), keep_unused=True)
-
-
-@functools.cache
-def _core_anchor(device_index: int) -> jax.Array:
-    return jax.device_put(np.zeros((), np.int8), devices.jax_device(device_index))
+def _zeros_maker(length: int, dtype: np.dtype, device_index: int):
+    sharding = jax.sharding.SingleDeviceSharding(devices.jax_device(device_index))
+    return executables.Function(lambda: jnp.zeros((length,), dtype), "runtime", "zeros", out_shardings=sharding)
 
 
 def fit(array: jax.Array | None, dtype, length: int, device_index: int) -> jax.Array:
