@@ -8,7 +8,8 @@ ENVIRONMENT = {
     "TORCHNEURON_CORES": "number of NeuronCores on the cpu platform; default 2",
     "TORCHNEURON_MEMORY_LIMIT": "bytes each NeuronCore may hold before torch.OutOfMemoryError",
     "TORCHNEURON_FALLBACK": "'cpu' (default) runs ops without a lowering on CPU, counted; 'error' refuses",
-    "TORCHNEURON_ASYNC_DISPATCH": "'1' queues XLA:CPU work on a worker thread; default '0' runs it inline",
+    "TORCHNEURON_ASYNC_DISPATCH": "'1' (default) queues XLA:CPU work on its worker threads, as accelerators "
+                                  "do; '0' runs every program inline on the calling thread",
     "TORCHNEURON_AUTOGRAD_THREADS": "'1' keeps PyTorch's per-device backward threads; default '0' runs "
                                     "backward on the thread that calls it",
     "TORCHNEURON_CACHE_DIR": "directory of the persistent compilation cache (eager ops and compiled graphs); "
@@ -45,10 +46,11 @@ FALLBACK = os.environ.get("TORCHNEURON_FALLBACK", "cpu")
 EAGER = os.environ.get("TORCHNEURON_EAGER", "strict")
 if EAGER not in ("strict", "fused"):
     raise ValueError(f"TORCHNEURON_EAGER={EAGER!r}: expected 'strict' or 'fused'")
-# Inline execution on XLA:CPU: as fast as a worker thread on an idle machine, and several µs faster
-# per small op when the cores are busy (the hand-off waits for a core); accelerators are always
-# asynchronous.
-ASYNC_DISPATCH = os.environ.get("TORCHNEURON_ASYNC_DISPATCH", "0") == "1"
+# Asynchronous dispatch on XLA:CPU, as on every accelerator: a program returns once queued, so the
+# host's next ops (Python, the dispatcher, recording) overlap its work. XLA:CPU still runs programs
+# of under 1,000 flops inline (a 64-element add), so small eager ops pay no hand-off. Measured on
+# the small GPT's training step: compiled and strict eager about a quarter faster (docs/DESIGN.md).
+ASYNC_DISPATCH = os.environ.get("TORCHNEURON_ASYNC_DISPATCH", "1") == "1"
 # The autograd engine runs an accelerator's backward on a worker thread per device. Our device work
 # is already queued by XLA, so the thread only adds two hand-offs per backward (~0.1 ms) and runs
 # each Python kernel more slowly than the calling thread; the GIL allows no overlap to win back.
