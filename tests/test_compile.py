@@ -261,3 +261,14 @@ def test_a_backward_run_op_by_op_gets_its_saved_tensors_at_their_traced_strides(
     assert compile_stats().get("eager_graphs", 0) == eager_graphs + 1
     torch.testing.assert_close(xn.grad.cpu(), xc.grad, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(wn.grad.cpu(), wc.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_a_graph_without_neuron_inputs_runs_on_the_core_its_tensors_name():
+    # a graph of factories has no input to say where it runs: its tensors' device does (it ran on,
+    # and reported, the current core)
+    from torchneuron.runtime import storages
+    f = torch.compile(lambda: torch.arange(5, device="neuron:1") * 2, backend="neuron")
+    out = f()
+    assert out.device == torch.device("neuron", 1)
+    assert [d.id for d in storages.buffer_of(out).devices()] == [1]
+    torch.testing.assert_close(out.cpu(), torch.arange(5) * 2)

@@ -45,6 +45,40 @@ def test_the_same_op_on_each_core_stays_on_that_core():
         torch.testing.assert_close(y.cpu(), 3 * x)
 
 
+_FACTORIES = {
+    "arange": lambda d: torch.arange(6, device=d),
+    "full": lambda d: torch.full((6,), 2.5, device=d),
+    "zeros": lambda d: torch.zeros(6, device=d),  # zero_ of a storage never written: its input goes unread
+    "fill_": lambda d: torch.empty(6, device=d).fill_(1.5),
+    "ones_like": lambda d: torch.ones_like(torch.empty(6, device=d)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_FACTORIES))
+def test_factories_and_overwriting_ops_place_their_results_on_their_core(name):
+    # the buffer itself lives on the tensor's core: these programs ran on core 0 when no argument
+    # (or only an unread one) said where
+    from torchneuron.runtime import storages
+    make = _FACTORIES[name]
+    for index in (1, 0):
+        t = make(f"neuron:{index}")
+        assert [d.id for d in storages.buffer_of(t).devices()] == [index]
+        y = t * 2
+        assert [d.id for d in storages.buffer_of(y).devices()] == [index]
+        torch.testing.assert_close(y.cpu(), make("cpu") * 2)
+
+
+def test_random_factories_place_their_results_on_their_core():
+    from torchneuron.runtime import storages
+    draws = []
+    for index in (1, 0):
+        torch.manual_seed(0)
+        t = torch.randn(6, device=f"neuron:{index}")
+        assert [d.id for d in storages.buffer_of(t).devices()] == [index]
+        draws.append(t.cpu())
+    torch.testing.assert_close(draws[0], draws[1])  # each core's generator, seeded alike
+
+
 def test_device_context_and_current_device():
     assert torch.neuron.current_device() == 0
     with torch.neuron.device(1):

@@ -121,6 +121,40 @@ def test_a_second_process_finds_the_first_ones_executables(tmp_path):
         torch.testing.assert_close(torch.tensor(run["compiled"]), torch.tanh(x @ x.T).sum(1))
 
 
+_FACTORY_PROGRAM = """
+    import json, torch, torchneuron
+    from jax._src.interpreters import mlir
+    from torchneuron.runtime import storages
+    lowered = []
+    lower = mlir.lower_jaxpr_to_module
+    mlir.lower_jaxpr_to_module = lambda *a, **k: lowered.append(1) or lower(*a, **k)
+    values, cores = [], []
+    for t in (torch.arange(6, device='neuron:1'), torch.full((5,), 2.5, device='neuron:1'),
+              torch.zeros(7, device='neuron:1'), torch.empty(3, device='neuron:1')):
+        cores.append([d.id for d in storages.buffer_of(t).devices()])  # (a storage never written: zeros)
+        values.append(t.sum().item())
+    stats = torchneuron.cache_stats()
+    print(json.dumps({"values": values, "cores": cores, "lowered": len(lowered), "compiles": stats["compiles"],
+                      "untraced": stats["untraced_loads"], "disk_hits": stats["disk_hits"]}))
+"""
+
+
+def test_a_second_process_loads_factories_and_zeros_untraced_onto_their_core(tmp_path):
+    # programs without a device array among their arguments are loaded onto their own device: they
+    # were traced and lowered again in every process (and XLA's lowering modules imported for them)
+    first = _run(_FACTORY_PROGRAM, TORCHNEURON_CACHE_DIR=str(tmp_path))
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = _run(_FACTORY_PROGRAM, TORCHNEURON_CACHE_DIR=str(tmp_path))
+    assert second.returncode == 0, second.stderr[-3000:]
+    cold, warm = _last_json(first.stdout), _last_json(second.stdout)
+    assert cold["compiles"] > 0 and cold["lowered"] > 0
+    assert warm["compiles"] == 0 and warm["lowered"] == 0
+    assert warm["untraced"] == warm["disk_hits"] > 0
+    for run in (cold, warm):
+        assert run["values"] == [15.0, 12.5, 0.0, 0.0]
+        assert run["cores"] == [[1]] * 4
+
+
 _WEIGHED_PROGRAM = """
     import json, os, torch, torchneuron
     from torchneuron.runtime import compilation_cache, executables

@@ -24,7 +24,7 @@ from torch._dynamo.backends.common import aot_autograd
 
 from .. import config
 from ..lowering import LOWERINGS, asserts, calling, draws_random
-from ..runtime import deferred, device_asserts, executables, generators, storages, transfer
+from ..runtime import deferred, device_asserts, devices, executables, generators, storages, transfer
 from ..runtime.dtypes import to_jax, to_torch
 from ..runtime.layout import Layout, contiguous_stride, read, write
 from . import buckets, collectives, segments, xla_collectives
@@ -62,6 +62,10 @@ class CompiledGraph:
         self.random_nodes = [n for n in gm.graph.nodes if n.op == "call_function"
                              and n.target in LOWERINGS and draws_random(LOWERINGS[n.target], n.target, n.args,
                                                                         n.kwargs)]
+        # the NeuronCore the graph's own tensors name: a graph without neuron inputs (factories) runs there
+        self.home = next((v.device.index for n in gm.graph.nodes for v in [n.meta.get("val")]
+                          if isinstance(v, torch.Tensor) and v.device.type == "neuron" and v.device.index is not None),
+                         None)
         self.mutated_inputs: list[int] = []
         # a node checks conditions on the device: the device's failure word goes through the graph
         self.checked = device_asserts.ENABLED and any(
@@ -302,7 +306,7 @@ class CompiledGraph:
             spec_id = self._spec_ids[key] = len(self._specs)
             self._specs.append(_CallSpec(entries, self.mutated_placeholders, len(buffers)))
         spec = self._specs[spec_id]
-        device = torch.device("neuron", index if index >= 0 else torch.neuron.current_device())
+        device = torch.device("neuron", index if index >= 0 else self._home_index())
         rng = None
         if self.random_nodes:
             seed, offset = generators.next_seed_and_offset(device, None)
@@ -310,7 +314,7 @@ class CompiledGraph:
         compiles = _stats["compiles"]
         host_arrays = {name: transfer.cpu_numpy(torch.cat([t.detach().reshape(-1) for t in same]))
                        for name, same in host.items()}  # numpy: jit moves it with the call
-        flat, new_buffers, host_new, failure = self._function_of_spec(spec_id)(
+        flat, new_buffers, host_new, failure = self._function_of_spec(spec_id, device.index)(
             [buffers[g] for g in spec.donated_groups], [buffers[g] for g in spec.kept_groups], host_arrays,
             np.array(offsets, np.int64) if offsets else None, rng, device_asserts.word(device.index) if self.checked else None)
         if _stats["compiles"] != compiles:
@@ -393,20 +397,24 @@ class CompiledGraph:
             function = self._functions[("graph", statics)] = executables.Function(run_graph, "compile", self.name)
         return function
 
-    def _function_of_spec(self, spec_id: int) -> executables.Function:
+    def _function_of_spec(self, spec_id: int, index: int) -> executables.Function:
         function = self._functions.get(spec_id)
         if function is None:
             def run_direct(donated, kept, host, offsets, rng, failure):
                 return self._run_direct(donated, kept, host, offsets, spec_id, rng, failure)
+            # (a spec is per device: its results go there even when no argument is a device array)
             function = self._functions[spec_id] = executables.Function(
-                run_direct, "compile", self.name, donate_argnums=(0,))
+                run_direct, "compile", self.name, donate_argnums=(0,), device=devices.jax_device(index))
         return function
 
     def _device(self, inputs):
         for t in inputs:
             if isinstance(t, torch.Tensor) and t.device.type == "neuron":
                 return t.device
-        return torch.device("neuron", torch.neuron.current_device())
+        return torch.device("neuron", self._home_index())
+
+    def _home_index(self) -> int:
+        return self.home if self.home is not None else torch.neuron.current_device()
 
     def _note_compile(self, arrays):
         signature = tuple((a.shape, a.dtype) if _is_array(a) else a for a in arrays)

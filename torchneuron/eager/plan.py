@@ -14,7 +14,7 @@ import torch
 from torch._decomp import meta_table
 
 from ..lowering import LOWERINGS, META_OVERRIDES, Lowering, calling, draws_random
-from ..runtime import device_asserts, executables
+from ..runtime import device_asserts, devices, executables
 from ..runtime.dtypes import scalar_type_name
 from ..runtime.layout import Layout, canonical_stride, contiguous_stride
 from . import overlap
@@ -146,8 +146,12 @@ class Plan(PlanExecution):
         # compiled per buffer signature, its executables in the runtime's bounded cache; unnamed
         # (never loaded untraced, never shared): user code, which the name cannot cover
         identity = None if lowering.user_code else self._identity(schema, desc)
+        # Results on the plan's device, always: a program whose arguments hold no device array (a
+        # factory: `arange`, `full`) or whose only one goes unread (`zero_`, `fill_`: XLA drops it)
+        # would otherwise run on the first core. (A plan's name holds its device.)
         self.function = None if self.data_dependent else _program(identity, lambda: executables.Function(
-            self._body, "eager", str(self.op), donate_argnums=tuple(range(n_written)), identity=identity))
+            self._body, "eager", str(self.op), donate_argnums=tuple(range(n_written)), identity=identity,
+            device=devices.jax_device(self.device.index)))
         # The common call (nothing written, one fresh result, buffers in argument order) takes a
         # shorter path: eager speed is decided by these few microseconds.
         simple = (self.single_fresh is not None and not n_written and not self.random

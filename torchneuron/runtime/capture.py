@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from . import deferred, device_asserts, executables, generators, storages
+from . import deferred, device_asserts, devices, executables, generators, storages
 
 STATS = collections.Counter()  # captures, replays
 
@@ -154,7 +154,8 @@ def end(execute: bool, keep_storages: list) -> Graph | None:
     order = sorted(range(len(outputs)), key=lambda j: _WRITTEN_KINDS.index(outputs[j][0]))
     live, outputs = [live[j] for j in order], [outputs[j] for j in order]
     body, inputs, sources = _arranged(deferred.composed(segment.nodes, live), segment.inputs, recording.sources)
-    program = executables.Function(body, "graph", f"graph of {len(segment.nodes)} ops")
+    program = executables.Function(body, "graph", f"graph of {len(segment.nodes)} ops",
+                                   device=devices.jax_device(segment.device))
     graph = Graph(program, inputs, sources, outputs, segment.device, keep_storages + survivors)
     STATS["captures"] += 1
     if execute:

@@ -154,16 +154,22 @@ def _code_version() -> str:
     return _code_hash[0]
 
 
-def stored_key(identity: str, args, options) -> str | None:
-    """The store's key of a program named `identity` compiled for `args` with `options`, or None
-    while the cache is off or the name holds a per-process value (an object's address)."""
-    if _directory is None or " at 0x" in identity or _device_of(args) is None:
+def stored_key(identity: str, args, options, device=None) -> str | None:
+    """The store's key of a program named `identity` compiled for `args` with `options` (to run on
+    `device` where no argument is a device array), or None while the cache is off, the name holds a
+    per-process value (an object's address) or nothing says where it runs."""
+    if _directory is None or " at 0x" in identity:
+        return None
+    placed = _device_of(args) is None
+    if placed and device is None:
         return None
     leaves, tree = jax.tree_util.tree_flatten(args)
     arguments = [(tuple(x.shape), str(x.dtype), bool(getattr(x, "weak_type", False)),
                   tuple(d.id for d in x.sharding.device_set) if isinstance(x, jax.Array) else None)
                  for x in leaves]
     text = repr((identity, str(tree), arguments, sorted((options or {}).items()), _settings(), _code_version()))
+    if placed:
+        text += f" on device {device.id}"
     return _STORED_PREFIX + hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -221,9 +227,10 @@ def _initialize_lapack() -> None:
     lapack._lapack.initialize()
 
 
-def load(key: str, args):
-    """(The compiled executable stored under `key`, loaded onto the device of `args`, the seconds
-    its compile took, its device-assert messages by id), or None (absent, unreadable or stale)."""
+def load(key: str, args, device=None):
+    """(The compiled executable stored under `key`, loaded onto the device of `args` (`device` where
+    no argument is a device array), the seconds its compile took, its device-assert messages by
+    id), or None (absent, unreadable or stale)."""
     store = _store()
     try:
         blob = store.get(key) if store is not None else None
@@ -232,7 +239,10 @@ def load(key: str, args):
         if _LAPACK_TARGET in blob:
             _initialize_lapack()
         serialized, seconds, messages = pickle.loads(blob)
-        return deserialize_and_load(*serialized, execution_devices=[_device_of(args)]), seconds, messages
+        target = _device_of(args) or device
+        if target is None:
+            return None
+        return deserialize_and_load(*serialized, execution_devices=[target]), seconds, messages
     except Exception:  # noqa: BLE001  (a torn or foreign entry: compile instead; the next store replaces it)
         return None
 

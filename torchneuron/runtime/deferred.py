@@ -33,7 +33,7 @@ import jax
 import numpy as np
 
 from .. import config
-from . import assert_messages, compilation_cache, executables
+from . import assert_messages, compilation_cache, devices, executables
 from .dtypes import PYTHON_SCALAR_TYPES
 
 # A bounded segment: a longer one is flushed (what a pending segment holds alive stays bounded,
@@ -311,7 +311,8 @@ def flush(reason: str = "flush", drain: bool = True) -> None:
                 function.segments += 1
             program = _SEGMENTS[key] = executables.Function(
                 composed(segment.nodes, [(j, k) for j, k, _ in live]), "segment", f"segment of {len(segment.nodes)}",
-                on_empty=functools.partial(_segment_evicted, key, plans), identity=_identity(segment.nodes, live))
+                on_empty=functools.partial(_segment_evicted, key, plans), identity=_identity(segment.nodes, live),
+                device=devices.jax_device(segment.device))
             # its plans' checks, whose traces it reuses (their messages are stored with it)
             program.messages = set().union(*(function.messages for function, _ in segment.nodes))
         started = time.perf_counter()

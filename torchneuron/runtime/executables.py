@@ -86,6 +86,7 @@ class Function:
         "__weakref__",
         "calls",
         "compiled",
+        "device",
         "fn",
         "identity",
         "jitted",
@@ -100,9 +101,14 @@ class Function:
     )
 
     def __init__(self, fn, kind: str, name: str, donate_argnums=(), on_empty=None, identity=None,
-                 **jit_options):
+                 device=None, **jit_options):
         self.fn = fn  # (deferred execution composes functions' bodies into one program)
+        if device is not None:  # no array argument says where it runs (factories): its results go there
+            jit_options.setdefault("out_shardings", jax.sharding.SingleDeviceSharding(device))
         self.jitted = jax.jit(fn, donate_argnums=donate_argnums, **jit_options)
+        # the device its program runs on when no argument is a device array (a stored program is
+        # loaded onto its arguments' device, else onto this one)
+        self.device = device
         # everything the program depends on besides its arguments, as text (None: not nameable);
         # with it the persistent cache loads the program without tracing it
         self.identity = identity
@@ -243,15 +249,16 @@ class ExecutableCache:
             quick = not full and _QUICK_PLATFORM and function.kind in _QUICK_KINDS \
                 and _argument_bytes(args) <= _QUICK_BYTES
             options = _QUICK if quick else None
-            key = compilation_cache.stored_key(function.identity, args, options) if function.identity else None
+            key = compilation_cache.stored_key(function.identity, args, options, function.device) \
+                if function.identity else None
             background = quick and function.kind in _BACKGROUND_KINDS
-            full_key = compilation_cache.stored_key(function.identity, args, None) \
+            full_key = compilation_cache.stored_key(function.identity, args, None, function.device) \
                 if background and function.identity else None
-            loaded = compilation_cache.load(full_key, args) if full_key is not None else None
+            loaded = compilation_cache.load(full_key, args, function.device) if full_key is not None else None
             if loaded is not None:  # promoted in an earlier process: its full executable
                 quick = background = False
             elif key is not None:
-                loaded = compilation_cache.load(key, args)
+                loaded = compilation_cache.load(key, args, function.device)
                 background = background and loaded is None  # (loaded: nothing lowered to compile again off-thread)
             from_disk = loaded is not None
             self.stats["untraced_loads"] += from_disk

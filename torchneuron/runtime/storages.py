@@ -160,8 +160,10 @@ def zeros(length: int, dtype, device_index: int) -> jax.Array:
 
 @functools.lru_cache(maxsize=1024)
 def _zeros_maker(length: int, dtype: np.dtype, device_index: int):
-    sharding = jax.sharding.SingleDeviceSharding(devices.jax_device(device_index))
-    return executables.Function(lambda: jnp.zeros((length,), dtype), "runtime", "zeros", out_shardings=sharding)
+    # named: a warm process loads it from the persistent cache untraced (onto its device)
+    return executables.Function(lambda: jnp.zeros((length,), dtype), "runtime", "zeros",
+                                identity=repr(("zeros", length, dtype.str)),
+                                device=devices.jax_device(device_index))
 
 
 def fit(array: jax.Array | None, dtype, length: int, device_index: int) -> jax.Array:
