@@ -28,6 +28,16 @@ def _last_json(out: str) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+def _cold_and_warm(code: str, cache_dir) -> tuple[dict, dict]:
+    """The JSON last printed by `code` run in a process with an empty cache, then in a second one."""
+    runs = []
+    for _ in range(2):
+        run = _run(code, TORCHNEURON_CACHE_DIR=str(cache_dir))
+        assert run.returncode == 0, run.stderr[-3000:]
+        runs.append(_last_json(run.stdout))
+    return runs[0], runs[1]
+
+
 def test_an_evicted_plan_compiles_again_and_gives_the_same_result():
     limit = executables.CACHE.limit
     op = torch.ops.aten.mul.Tensor
@@ -105,11 +115,7 @@ _PROGRAM = """
 
 
 def test_a_second_process_finds_the_first_ones_executables(tmp_path):
-    first = _run(_PROGRAM, TORCHNEURON_CACHE_DIR=str(tmp_path))
-    assert first.returncode == 0, first.stderr[-3000:]
-    second = _run(_PROGRAM, TORCHNEURON_CACHE_DIR=str(tmp_path))
-    assert second.returncode == 0, second.stderr[-3000:]
-    cold, warm = _last_json(first.stdout), _last_json(second.stdout)
+    cold, warm = _cold_and_warm(_PROGRAM, tmp_path)
     assert cold["cache"] == str(tmp_path) and cold["compiles"] > 0
     assert warm["compiles"] == 0 and warm["disk_hits"] == cold["compiles"] + cold["disk_hits"]
     # the eager plans' programs load by name, without being traced again
@@ -141,12 +147,8 @@ _FACTORY_PROGRAM = """
 
 def test_a_second_process_loads_factories_and_zeros_untraced_onto_their_core(tmp_path):
     # programs without a device array among their arguments are loaded onto their own device: they
-    # were traced and lowered again in every process (and XLA's lowering modules imported for them)
-    first = _run(_FACTORY_PROGRAM, TORCHNEURON_CACHE_DIR=str(tmp_path))
-    assert first.returncode == 0, first.stderr[-3000:]
-    second = _run(_FACTORY_PROGRAM, TORCHNEURON_CACHE_DIR=str(tmp_path))
-    assert second.returncode == 0, second.stderr[-3000:]
-    cold, warm = _last_json(first.stdout), _last_json(second.stdout)
+    # were traced and lowered again in every process
+    cold, warm = _cold_and_warm(_FACTORY_PROGRAM, tmp_path)
     assert cold["compiles"] > 0 and cold["lowered"] > 0
     assert warm["compiles"] == 0 and warm["lowered"] == 0
     assert warm["untraced"] == warm["disk_hits"] > 0
