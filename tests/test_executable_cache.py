@@ -38,6 +38,7 @@ def _cold_and_warm(code: str, cache_dir) -> tuple[dict, dict]:
     return runs[0], runs[1]
 
 
+@torchneuron.eager_mode("strict")  # (each op compiles or finds its executable at its call)
 def test_an_evicted_plan_compiles_again_and_gives_the_same_result():
     limit = executables.CACHE.limit
     op = torch.ops.aten.mul.Tensor
@@ -59,6 +60,7 @@ def test_an_evicted_plan_compiles_again_and_gives_the_same_result():
         executables.set_cache_limit(limit)
 
 
+@torchneuron.eager_mode("strict")
 def test_cache_stats_reports_what_the_issue_names():
     x = torch.randn(4, 3).to("neuron")
     before = torchneuron.cache_stats()

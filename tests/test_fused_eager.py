@@ -91,6 +91,7 @@ def test_each_trigger_flushes_with_its_reason(trigger):
         torch.testing.assert_close(y.cpu(), x * 2 - 1)
 
 
+@torchneuron.eager_mode("strict")  # (leaving fused mode for strict flushes)
 def test_mode_switch_optimizer_step_and_length_flush(monkeypatch):
     p = torch.nn.Parameter(torch.randn(4).to("neuron"))
     optimizer = torch.optim.SGD([p], lr=0.1)
@@ -283,6 +284,53 @@ def test_a_hot_segment_compiles_again_at_full_optimisation_and_a_warm_process_lo
     assert cold["quick_segments"] < cold["segments"]  # the hot one runs its full program
     assert warm["compiles"] == 0 and warm["traced"] == 0 and warm["promotions"] == 0
     assert warm["quick_segments"] < warm["segments"]  # loaded at full optimisation
+
+
+_QUICK_THEN_HOT = """
+import json, sys, torch, torchneuron
+from torchneuron.runtime import executables
+on_calling_thread = []
+promote = executables.CACHE.promote
+executables.CACHE.promote = lambda *a: on_calling_thread.append(1) or promote(*a)
+torch.manual_seed(0)
+x = torch.randn(5, 29).to("neuron")
+results = []
+with torchneuron.eager_mode("fused"):
+    for step in range(int(sys.argv[1])):
+        results.append(((x * 0.75 + step).sin() * x).sum(1).cpu().tolist())
+executables.wait_for_promotions()
+stats = torchneuron.cache_stats()
+segments = [f.signatures[s] for f, s in executables.CACHE.entries if f.kind == "segment"]
+print(json.dumps({"results": results, "promotions": stats["promotions"], "compiles": stats["compiles"],
+                  "on_calling_thread": len(on_calling_thread), "segments": len(segments),
+                  "quick_segments": sum(isinstance(e, executables._Tiered) for e in segments)}))
+"""
+
+
+def test_a_segment_loaded_quick_from_disk_is_promoted_on_the_worker(tmp_path):
+    """A process that ran a segment only a few times stored its quick program; a second process
+    loads that one and, once the segment is hot, compiles the full program on the worker thread (it
+    has no lowered program: it lowers one there), not on the calling thread in the middle of a call."""
+    import json
+    import os
+
+    from torchneuron.runtime import executables
+    env = {**os.environ, "TORCHNEURON_CACHE_DIR": str(tmp_path)}
+    runs = []
+    for steps in (3, executables._BACKGROUND_AFTER + 2):
+        out = subprocess.run([sys.executable, "-c", _QUICK_THEN_HOT, str(steps)], env=env, capture_output=True,
+                             text=True, timeout=300, check=False)
+        assert out.returncode == 0, out.stderr[-3000:]
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    cold, warm = runs
+    torch.manual_seed(0)
+    x = torch.randn(5, 29)
+    for run in runs:
+        for step, got in enumerate(run["results"]):
+            torch.testing.assert_close(torch.tensor(got), ((x * 0.75 + step).sin() * x).sum(1))
+    assert cold["promotions"] == 0 and cold["quick_segments"] == cold["segments"] >= 1  # stored quick
+    assert warm["compiles"] == 0 and warm["promotions"] >= 1 and warm["on_calling_thread"] == 0
+    assert warm["quick_segments"] == 0  # the hot segment runs its full program now
 
 
 def test_plans_that_ran_only_inside_segments_go_when_their_segments_go(monkeypatch):

@@ -234,6 +234,7 @@ def test_the_op_inside_a_fused_segment_and_a_captured_graph():
     x, w = torch.randn(6, 32), torch.randn(32)
     want = rms_norm(x, w, 1e-5) * 2
     xn, wn = x.to("neuron"), w.to("neuron")
+    torch.neuron.synchronize()  # (nothing pending on another core, which would flush)
     with torchneuron.eager_mode("fused"):
         before = torchneuron.eager_stats()["pending_ops"]
         got = rms_norm(xn, wn, 1e-5) * 2

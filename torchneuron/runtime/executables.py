@@ -18,6 +18,7 @@ anything, and only then does the function look up (or compile) the executable fo
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import threading
 import time
@@ -55,8 +56,7 @@ _QUICK_PLATFORM = config.PLATFORM == "cpu"  # (measured there; accelerators' com
 # quick compiles, a training loop soon runs full-speed code. Sooner would compile most of a
 # `generate`'s segments twice, each used a few times more (a bucket's decode steps), and on two
 # cores that compile slows the calling thread by more than the full program saves. (A segment
-# loaded quick from disk has no lowered program to promote in the background; it follows the single
-# ops' rule below.)
+# loaded quick from disk is lowered again on the worker for its promotion.)
 _QUICK_KINDS = ("eager", "runtime", "segment")
 _BACKGROUND_KINDS = ("segment",)
 _BACKGROUND_AFTER = 16
@@ -164,6 +164,12 @@ def _signature(args) -> tuple:
                     else (type(x), x) for x in leaves])
 
 
+def _like(args) -> tuple:
+    """Stand-ins for `args` to lower a program for (a worker's job holds no device buffers)."""
+    return tuple(jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding, weak_type=x.weak_type)
+                 if isinstance(x, jax.Array) else x for x in args)
+
+
 def _argument_bytes(args) -> int:
     return sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(args) if hasattr(x, "dtype"))
 
@@ -191,7 +197,7 @@ class _Tiered:
         self.calls = 0
         self.next_check = _TIER_CHECKS[0]
         self.promote = False
-        self.background = background  # (lowered program, store key of the full one): promoted off-thread
+        self.background = background  # (lowered program or None, store key of the full one): promoted off-thread
 
     def __call__(self, *args):
         self.calls += 1
@@ -202,7 +208,7 @@ class _Tiered:
                 self.next_check = _BACKGROUND_AFTER
             else:
                 self.next_check = float("inf")  # (the promotion replaces this entry when it is ready)
-                _PROMOTER.submit(self)
+                _PROMOTER.submit(functools.partial(CACHE.promote_in_background, self, _like(args)))
             return self.call(*args)
         if self.promote and _signature(args)[1:] == self.entry[1][1:]:  # (the hot path's args are a list)
             return CACHE.promote(self, args)(*args)
@@ -219,6 +225,19 @@ class _Tiered:
         else:
             CACHE.settle(self)
         return outputs
+
+
+def _how_to_compile(function: Function, args, full: bool):
+    """(XLA options, the store key of that program, the store key of its full-optimisation program
+    where a worker promotes it later, whether a worker does): quick for small eager programs."""
+    quick = not full and _QUICK_PLATFORM and function.kind in _QUICK_KINDS and _argument_bytes(args) <= _QUICK_BYTES
+    options = _QUICK if quick else None
+    named = function.identity is not None
+    key = compilation_cache.stored_key(function.identity, args, options, function.device) if named else None
+    background = quick and function.kind in _BACKGROUND_KINDS
+    full_key = compilation_cache.stored_key(function.identity, args, None, function.device) \
+        if background and named else None
+    return options, key, full_key, background
 
 
 def _resident() -> int:
@@ -246,22 +265,9 @@ class ExecutableCache:
             if not full:  # (a promotion is no miss: the quick executable served every call so far)
                 self.stats["misses"] += 1
             before, started = _resident(), time.perf_counter()
-            quick = not full and _QUICK_PLATFORM and function.kind in _QUICK_KINDS \
-                and _argument_bytes(args) <= _QUICK_BYTES
-            options = _QUICK if quick else None
-            key = compilation_cache.stored_key(function.identity, args, options, function.device) \
-                if function.identity else None
-            background = quick and function.kind in _BACKGROUND_KINDS
-            full_key = compilation_cache.stored_key(function.identity, args, None, function.device) \
-                if background and function.identity else None
-            loaded = compilation_cache.load(full_key, args, function.device) if full_key is not None else None
-            if loaded is not None:  # promoted in an earlier process: its full executable
-                quick = background = False
-            elif key is not None:
-                loaded = compilation_cache.load(key, args, function.device)
-                background = background and loaded is None  # (loaded: nothing lowered to compile again off-thread)
+            options, key, full_key, background = _how_to_compile(function, args, full)
+            loaded, options, background = self._load(function, args, options, key, full_key, background)
             from_disk = loaded is not None
-            self.stats["untraced_loads"] += from_disk
             lowered = None
             if loaded is None:
                 with assert_messages.collected() as messages:
@@ -273,23 +279,48 @@ class ExecutableCache:
                 if key is not None and not from_disk:  # (XLA:CPU: one loaded from disk serialises without its code)
                     compilation_cache.store(key, compiled, compiling, assert_messages.messages_of(function.messages))
             else:
-                compiled, compiling, messages = loaded
-                assert_messages.register(messages)
-                function.messages |= set(messages)
-            compiled = _direct_call(compiled)
+                compiled, compiling = loaded
             seconds = time.perf_counter() - started
-            self.stats["compile_seconds"] += seconds
             self.stats["disk_hits" if from_disk else "compiles"] += 1
-            if quick:  # (weighed by what a compile costs: a promotion found on disk is cheaper still)
-                compiled = _Tiered(compiled, (function, signature), max(seconds, compiling),
-                                   (lowered, full_key) if background and lowered is not None else None)
-            size = self._entry_bytes(_resident() - before)
-            function.signatures[signature] = compiled
-            self.entries[(function, signature)] = size
-            self.bytes += size
-            self.by_kind[function.kind] += 1
-            self._evict(keep=(function, signature))
+            compiled = self._wrap(compiled, function, signature, options, max(seconds, compiling),
+                                  (lowered, full_key) if background else None)
+            return self._insert(function, signature, compiled, seconds, _resident() - before)
+
+    def _load(self, function, args, options, key, full_key, background):
+        """(The stored executable and the seconds its compile took, or None; the options and background
+        promotion that apply to what was found)."""
+        loaded = compilation_cache.load(full_key, args, function.device) if full_key is not None else None
+        if loaded is not None:  # promoted in an earlier process: its full executable
+            options, background = None, False
+        elif key is not None:
+            loaded = compilation_cache.load(key, args, function.device)
+        if loaded is None:
+            return None, options, background
+        compiled, compiling, messages = loaded
+        self.stats["untraced_loads"] += 1
+        assert_messages.register(messages)
+        function.messages |= set(messages)
+        return (compiled, compiling), options, background
+
+    @staticmethod
+    def _wrap(compiled, function, signature, options, compile_seconds, background):
+        """The executable the hot path calls: a quick one counts its calls toward a full recompile,
+        on the worker thread where `background` ((the lowered program it came from, or None where it
+        was loaded from disk: lowered again there), the store key of the full one)."""
+        compiled = _direct_call(compiled)
+        if options is None:
             return compiled
+        return _Tiered(compiled, (function, signature), compile_seconds, background)
+
+    def _insert(self, function, signature, compiled, seconds: float, grew: int):
+        self.stats["compile_seconds"] += seconds
+        size = self._entry_bytes(grew)
+        function.signatures[signature] = compiled
+        self.entries[(function, signature)] = size
+        self.bytes += size
+        self.by_kind[function.kind] += 1
+        self._evict(keep=(function, signature))
+        return compiled
 
     def promote(self, tiered: _Tiered, args):
         """Recompile a quick executable at full optimisation for `args` (its signature), in its place;
@@ -307,9 +338,10 @@ class ExecutableCache:
                 function.compiled = compiled
             return compiled
 
-    def promote_in_background(self, tiered: _Tiered) -> None:
-        """(On the worker thread) compile a quick executable's lowered program at full optimisation
-        and put it in the quick one's place, unless the cache dropped that entry meanwhile."""
+    def promote_in_background(self, tiered: _Tiered, like) -> None:
+        """(On the worker thread) compile a quick executable's program at full optimisation (lowered
+        again for arguments `like` its calls' where it was loaded from disk) and put it in the quick
+        one's place, unless the cache dropped that entry meanwhile."""
         function, signature = tiered.entry
         lowered, key = tiered.background
         tiered.background = None
@@ -317,6 +349,8 @@ class ExecutableCache:
             return
         started = time.perf_counter()
         try:
+            if lowered is None:
+                lowered = function.jitted.lower(*like)
             compiled, from_disk = compilation_cache.compile_again(lowered, named=key is not None)
         except Exception:  # noqa: BLE001  (it keeps running quick, as it did)
             self.settle(tiered)
@@ -422,9 +456,9 @@ class _Promoter:
         self.thread: threading.Thread | None = None
         self.lock = threading.Lock()
 
-    def submit(self, tiered: _Tiered) -> None:
+    def submit(self, job) -> None:
         with self.lock:
-            self.jobs.append(tiered)
+            self.jobs.append(job)
             if self.thread is None:
                 self.thread = threading.Thread(target=self._work, name="torchneuron-promote")
                 self.thread.start()
@@ -437,8 +471,8 @@ class _Promoter:
                     self.jobs.clear()
                     self.thread = None
                     return
-                tiered = self.jobs.popleft()
-            CACHE.promote_in_background(tiered)
+                job = self.jobs.popleft()
+            job()
 
     def wait(self) -> None:
         """Until every submitted promotion has run (tests)."""
