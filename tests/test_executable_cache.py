@@ -18,10 +18,22 @@ from torchneuron.runtime import executables
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# These tests count each eager op's own executable (compiled, loaded, evicted, promoted) at its
+# call: strict eager, here and in the processes they start, whatever TORCHNEURON_EAGER says (fused
+# eager's segments have their own tests in test_fused_eager.py).
+@pytest.fixture(autouse=True)
+def _strict_eager():
+    with torchneuron.eager_mode("strict"):
+        yield
+
+
+def _environment(**env) -> dict:
+    return {**os.environ, "PYTHONPATH": ROOT, "TORCHNEURON_EAGER": "strict", **env}
+
+
 def _run(code: str, **env) -> subprocess.CompletedProcess:
-    environment = {**os.environ, "PYTHONPATH": ROOT, **env}
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], check=False, capture_output=True,
-                          text=True, env=environment, timeout=600, cwd=ROOT)
+                          text=True, env=_environment(**env), timeout=600, cwd=ROOT)
 
 
 def _last_json(out: str) -> dict:
@@ -38,7 +50,6 @@ def _cold_and_warm(code: str, cache_dir) -> tuple[dict, dict]:
     return runs[0], runs[1]
 
 
-@torchneuron.eager_mode("strict")  # (each op compiles or finds its executable at its call)
 def test_an_evicted_plan_compiles_again_and_gives_the_same_result():
     limit = executables.CACHE.limit
     op = torch.ops.aten.mul.Tensor
@@ -60,7 +71,6 @@ def test_an_evicted_plan_compiles_again_and_gives_the_same_result():
         executables.set_cache_limit(limit)
 
 
-@torchneuron.eager_mode("strict")
 def test_cache_stats_reports_what_the_issue_names():
     x = torch.randn(4, 3).to("neuron")
     before = torchneuron.cache_stats()
@@ -217,7 +227,7 @@ def test_a_second_process_runs_linalg_programs_loaded_untraced(tmp_path):
 
 
 def test_concurrent_processes_share_one_cache_directory(tmp_path):
-    env = {**os.environ, "PYTHONPATH": ROOT, "TORCHNEURON_CACHE_DIR": str(tmp_path)}
+    env = _environment(TORCHNEURON_CACHE_DIR=str(tmp_path))
     procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(_PROGRAM)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT) for _ in range(2)]
     outputs = [p.communicate(timeout=600) for p in procs]
