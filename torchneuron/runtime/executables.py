@@ -208,7 +208,9 @@ class _Tiered:
                 self.next_check = _BACKGROUND_AFTER
             else:
                 self.next_check = float("inf")  # (the promotion replaces this entry when it is ready)
-                _PROMOTER.submit(functools.partial(CACHE.promote_in_background, self, _like(args)))
+                # (loaded from disk, it has no lowered program: the worker lowers one for stand-ins of these args)
+                like = _like(args) if self.background[0] is None else None
+                _PROMOTER.submit(functools.partial(CACHE.promote_in_background, self, like))
             return self.call(*args)
         if self.promote and _signature(args)[1:] == self.entry[1][1:]:  # (the hot path's args are a list)
             return CACHE.promote(self, args)(*args)
@@ -225,19 +227,6 @@ class _Tiered:
         else:
             CACHE.settle(self)
         return outputs
-
-
-def _how_to_compile(function: Function, args, full: bool):
-    """(XLA options, the store key of that program, the store key of its full-optimisation program
-    where a worker promotes it later, whether a worker does): quick for small eager programs."""
-    quick = not full and _QUICK_PLATFORM and function.kind in _QUICK_KINDS and _argument_bytes(args) <= _QUICK_BYTES
-    options = _QUICK if quick else None
-    named = function.identity is not None
-    key = compilation_cache.stored_key(function.identity, args, options, function.device) if named else None
-    background = quick and function.kind in _BACKGROUND_KINDS
-    full_key = compilation_cache.stored_key(function.identity, args, None, function.device) \
-        if background and named else None
-    return options, key, full_key, background
 
 
 def _resident() -> int:
@@ -265,9 +254,21 @@ class ExecutableCache:
             if not full:  # (a promotion is no miss: the quick executable served every call so far)
                 self.stats["misses"] += 1
             before, started = _resident(), time.perf_counter()
-            options, key, full_key, background = _how_to_compile(function, args, full)
-            loaded, options, background = self._load(function, args, options, key, full_key, background)
+            quick = not full and _QUICK_PLATFORM and function.kind in _QUICK_KINDS \
+                and _argument_bytes(args) <= _QUICK_BYTES
+            options = _QUICK if quick else None
+            key = compilation_cache.stored_key(function.identity, args, options, function.device) \
+                if function.identity else None
+            background = quick and function.kind in _BACKGROUND_KINDS
+            full_key = compilation_cache.stored_key(function.identity, args, None, function.device) \
+                if background and function.identity else None
+            loaded = compilation_cache.load(full_key, args, function.device) if full_key is not None else None
+            if loaded is not None:  # promoted in an earlier process: its full executable
+                quick = background = False
+            elif key is not None:
+                loaded = compilation_cache.load(key, args, function.device)
             from_disk = loaded is not None
+            self.stats["untraced_loads"] += from_disk
             lowered = None
             if loaded is None:
                 with assert_messages.collected() as messages:
@@ -279,48 +280,23 @@ class ExecutableCache:
                 if key is not None and not from_disk:  # (XLA:CPU: one loaded from disk serialises without its code)
                     compilation_cache.store(key, compiled, compiling, assert_messages.messages_of(function.messages))
             else:
-                compiled, compiling = loaded
+                compiled, compiling, messages = loaded
+                assert_messages.register(messages)
+                function.messages |= set(messages)
+            compiled = _direct_call(compiled)
             seconds = time.perf_counter() - started
+            self.stats["compile_seconds"] += seconds
             self.stats["disk_hits" if from_disk else "compiles"] += 1
-            compiled = self._wrap(compiled, function, signature, options, max(seconds, compiling),
-                                  (lowered, full_key) if background else None)
-            return self._insert(function, signature, compiled, seconds, _resident() - before)
-
-    def _load(self, function, args, options, key, full_key, background):
-        """(The stored executable and the seconds its compile took, or None; the options and background
-        promotion that apply to what was found)."""
-        loaded = compilation_cache.load(full_key, args, function.device) if full_key is not None else None
-        if loaded is not None:  # promoted in an earlier process: its full executable
-            options, background = None, False
-        elif key is not None:
-            loaded = compilation_cache.load(key, args, function.device)
-        if loaded is None:
-            return None, options, background
-        compiled, compiling, messages = loaded
-        self.stats["untraced_loads"] += 1
-        assert_messages.register(messages)
-        function.messages |= set(messages)
-        return (compiled, compiling), options, background
-
-    @staticmethod
-    def _wrap(compiled, function, signature, options, compile_seconds, background):
-        """The executable the hot path calls: a quick one counts its calls toward a full recompile,
-        on the worker thread where `background` ((the lowered program it came from, or None where it
-        was loaded from disk: lowered again there), the store key of the full one)."""
-        compiled = _direct_call(compiled)
-        if options is None:
+            if quick:  # (weighed by what a compile costs: a promotion found on disk is cheaper still)
+                compiled = _Tiered(compiled, (function, signature), max(seconds, compiling),
+                                   (lowered, full_key) if background else None)
+            size = self._entry_bytes(_resident() - before)
+            function.signatures[signature] = compiled
+            self.entries[(function, signature)] = size
+            self.bytes += size
+            self.by_kind[function.kind] += 1
+            self._evict(keep=(function, signature))
             return compiled
-        return _Tiered(compiled, (function, signature), compile_seconds, background)
-
-    def _insert(self, function, signature, compiled, seconds: float, grew: int):
-        self.stats["compile_seconds"] += seconds
-        size = self._entry_bytes(grew)
-        function.signatures[signature] = compiled
-        self.entries[(function, signature)] = size
-        self.bytes += size
-        self.by_kind[function.kind] += 1
-        self._evict(keep=(function, signature))
-        return compiled
 
     def promote(self, tiered: _Tiered, args):
         """Recompile a quick executable at full optimisation for `args` (its signature), in its place;
@@ -340,7 +316,7 @@ class ExecutableCache:
 
     def promote_in_background(self, tiered: _Tiered, like) -> None:
         """(On the worker thread) compile a quick executable's program at full optimisation (lowered
-        again for arguments `like` its calls' where it was loaded from disk) and put it in the quick
+        here for arguments `like` its calls' where it was loaded from disk) and put it in the quick
         one's place, unless the cache dropped that entry meanwhile."""
         function, signature = tiered.entry
         lowered, key = tiered.background
