@@ -103,11 +103,12 @@ def _bucketed_executables(op) -> int:
     return sum(len(p.function.signatures) for p in plans.values())
 
 
-def test_a_growing_cache_compiles_one_attention_and_two_cat_programs_per_bucket():
+def test_a_growing_cache_compiles_one_attention_and_one_cat_program_per_bucket():
     """A decode loop whose new keys are contiguous and new values a transposed view (strides of
-    their size-1 axis differ): both caches share `cat`'s programs (one for the step into a bucket,
-    one for the rest), and each cat leaves its cache room for the bucket its length falls in, so
-    attention reads every cache of a bucket with one program."""
+    their size-1 axis differ): both caches share `cat`'s programs, and each cat leaves its cache
+    room for the bucket its length falls in, so attention reads every cache of a bucket with one
+    program. The step into a bucket widens the previous bucket's cache first (a small program per
+    pair of lengths), so its `cat` is the program of the bucket's other steps."""
     heads, d = 3, 24
     q = _seeded(1, heads, 1, d)
     k = v = _seeded(1, heads, 2, d)
@@ -126,8 +127,28 @@ def test_a_growing_cache_compiles_one_attention_and_two_cat_programs_per_bucket(
     torch.testing.assert_close(vn.cpu(), v, rtol=0, atol=0)
     bucket_count = len({padding.bucket(n) for n in lengths})
     assert _bucketed_executables(attention) - before[attention] <= bucket_count
-    # (and two more: the first calls run padded read caches that calls at exact sizes wrote)
-    assert _bucketed_executables(torch.ops.aten.cat.default) - before[torch.ops.aten.cat.default] <= 2 * bucket_count + 2
+    assert _bucketed_executables(torch.ops.aten.cat.default) - before[torch.ops.aten.cat.default] <= bucket_count
+
+
+def test_a_cache_widened_for_a_new_bucket_keeps_its_values_for_every_reader():
+    """The first step of a bucket widens the cache it reads (its storage rebound to a longer
+    buffer): that cache, kept by the caller, still reads, views and updates in place as on CPU."""
+    k = _long(1, 2, 3, 4, axis=2)
+    kn = k.to("neuron")
+    kept = []
+    for n in range(4, 20):
+        new = _seeded(1, 2, 1, 4 + n)[..., :4]
+        k, kn = torch.cat([k, new], 2), torch.cat([kn, new.to("neuron")], 2)
+        kept.append((k, kn))
+    for cpu, neuron in kept:
+        torch.testing.assert_close(neuron.cpu(), cpu, rtol=0, atol=0)
+    cpu, neuron = kept[4]  # (length 8: widened when length 9 was made from it)
+    torch.testing.assert_close(neuron[:, 1, 2:5].cpu(), cpu[:, 1, 2:5], rtol=0, atol=0)
+    cpu.mul_(3).add_(1)
+    neuron.mul_(3).add_(1)
+    torch.testing.assert_close(neuron.cpu(), cpu, rtol=0, atol=0)
+    torch.testing.assert_close((neuron * 2).sum(2).cpu(), (cpu * 2).sum(2))
+    torch.testing.assert_close(kept[5][1].cpu(), kept[5][0], rtol=0, atol=0)
 
 
 def test_a_cache_of_many_rows_runs_bucketed_equal_to_cpu():
@@ -229,13 +250,16 @@ def test_a_size_that_keeps_coming_back_gets_its_exact_plan():
 def test_a_fused_decode_loop_records_bucketed_calls_and_reuses_its_segments():
     """Fused eager records bucketed calls like any plan (a growing size is a traced argument), so a
     decode step's segment repeats within a bucket: a few segment programs for 45 lengths, not one
-    each (at exact sizes every step's segment was a new program)."""
+    each (at exact sizes every step's segment was a new program). A bucket's first step, which
+    reads the previous bucket's caches, runs the program of the bucket's other steps: its caches
+    are widened first, so its inputs have their shapes."""
     heads, d = 2, 12
     q = _seeded(1, heads, 1, d + 1)[..., :d]
     k = v = _seeded(1, heads, 2, d + 1)[..., :d]
     kn, vn = k.to("neuron"), v.to("neuron")
     lengths = range(3, 48)
     stats = torchneuron.eager_stats()
+    programs = torchneuron.cache_stats()["entries_by_kind"].get("segment", 0)
     with torchneuron.eager_mode("fused"):
         qn = q.to("neuron")
         for n in lengths:
@@ -251,6 +275,7 @@ def test_a_fused_decode_loop_records_bucketed_calls_and_reuses_its_segments():
     assert after["bucketed_calls"] - stats["bucketed_calls"] >= 2 * len(lengths)
     assert after["segments"] - stats["segments"] >= len(lengths)
     bucket_count = len({padding.bucket(n) for n in lengths})
-    # (a bucket's first step, its cat writing into a new bucket, and the steps before the sizes'
-    # stream is known, compile segments of their own)
-    assert after["segment_compiles"] - stats["segment_compiles"] <= 2 * bucket_count + 4
+    # (segment structures: the steps before the sizes' stream is known are segments of their own,
+    # each bucket another; executables: one per structure and input shapes)
+    assert after["segment_compiles"] - stats["segment_compiles"] <= bucket_count + 3
+    assert torchneuron.cache_stats()["entries_by_kind"]["segment"] - programs <= bucket_count + 3

@@ -13,7 +13,9 @@ calls differ only by one growing size runs padded to that size's bucket (`paddin
   program reads it through its true sizes, traced (the strides of a (1, heads, n, d) cache depend
   on n), zero at padded positions, and writes each result laid out at its true sizes into a buffer
   of the padded size: the storage's buffer is longer than its bytes, and the next step reads it
-  without a new executable. Contents past a storage's bytes are never read as values.
+  without a new executable. Contents past a storage's bytes are never read as values. The first
+  step of a bucket reads the previous bucket's shorter buffer: it is widened to its bucket's room
+  first (a small program per pair of lengths), so that step runs the bucket's one program too.
 - **What stays exact.** The padding rules of `lowering/padding.py`, shared with compiled graphs,
   decide per op: position-wise ops run as they are, reductions and attention fill or mask padded
   positions, and an op whose rule forbids padding an axis that varies (or that has no rule) runs at
@@ -335,6 +337,15 @@ class BucketedPlan:
         self.dtypes = [t.dtype for t in tensors]
         self.layouts = [None if any(v) else Layout(tuple(t.shape), tuple(t.stride()), t.storage_offset())
                         for t, v in zip(tensors, varying)]
+        # per tensor read row by row: (its index, the elements it reads, the room a shorter buffer
+        # is widened to first: its bucket's, which a cache's buffer has on every later step)
+        self.widen = []
+        for i, (shape, varies) in enumerate(zip(shapes, varying)):
+            grows = [d for d, v in enumerate(varies) if v]
+            if len(grows) == 1:
+                outer, size, inner = _rows(shape, grows[0])
+                self.widen.append((i, outer * size * inner, outer * padding.bucket(size) * inner,
+                                   np.dtype(to_jax(tensors[i].dtype))))
         self.template_args, self.template_kwargs = template_of(schema, args, kwargs)
         if draws_random(lowering, op, self.template_args, self.template_kwargs):
             raise _Refused("it draws random numbers")
@@ -481,6 +492,8 @@ class BucketedPlan:
             if r[0] == "tensor":
                 sizes.extend(out)
         buffers = buffers_of(desc) if desc.missing else desc.buffers
+        if self.widen:
+            buffers = _widened(buffers, desc.handles, self.widen)
         flat = [*buffers, np.asarray(sizes, np.int64)]
         if desc.scalars and self.static_scalars is None:
             flat += [PYTHON_SCALAR_TYPES.get(type(v), np.asarray)(v) for v in desc.scalars]
@@ -533,6 +546,27 @@ class BucketedPlan:
             self._seen.clear()
         self._seen[key] = found
         return found
+
+
+def _widened(buffers, handles, widen):
+    """The call's buffers, each one shorter than the padded size its plan reads widened to its
+    bucket's room (zeros appended, the storage rebound to the wider buffer).
+
+    A cache's buffer has its bucket's room on every step but the first of a bucket, which reads
+    the previous bucket's smaller buffer: without this, that step's program (or, in fused eager,
+    its whole segment) is another signature, compiled once per bucket for one call. Widening is a
+    small program per pair of lengths, shared by every cache and layer of those sizes."""
+    widened = None
+    for i, need, room, dtype in widen:
+        buf = buffers[i]
+        if type(buf) is deferred.Pending or buf.shape[0] >= need or buf.dtype != dtype:
+            continue  # (a pending value: its segment's program reads it as it is)
+        if widened is None:
+            widened = list(buffers)
+        widened[i] = storages.widened(buf, room)
+        if handles[i]:
+            storages.bind(handles[i], widened[i])
+    return buffers if widened is None else widened
 
 
 def _true_strides(true) -> list:

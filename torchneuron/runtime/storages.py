@@ -166,6 +166,18 @@ def _zeros_maker(length: int, dtype: np.dtype, device_index: int):
                                 device=devices.jax_device(device_index))
 
 
+def widened(array: jax.Array, length: int) -> jax.Array:
+    """`array` with zeros appended up to `length` elements, by a cached executable (a storage's
+    buffer given room past its bytes: contents there are never read as values)."""
+    return _widener(array.shape[0], length, np.dtype(array.dtype))(array)
+
+
+@functools.lru_cache(maxsize=256)
+def _widener(have: int, length: int, dtype: np.dtype):
+    return executables.Function(lambda buf: jnp.pad(buf, (0, length - have)), "runtime", "widen",
+                                identity=repr(("widen", have, length, dtype.str)))
+
+
 def fit(array: jax.Array | None, dtype, length: int, device_index: int) -> jax.Array:
     """The buffer as exactly `length` elements of `dtype` (zeros where never written)."""
     if array is None:
