@@ -235,4 +235,5 @@ def test_collectives_inside_the_xla_program_opt_in():
                           str(port), os.path.join(ROOT, "tests", "xla_collectives_job.py")],
                          check=False, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.split().count("ok") == 2
+    # (both ranks write to one pipe: their lines can interleave, "okok\n\n", so markers are counted as text)
+    assert all(f"xla-collectives-rank-{rank}-ok" in run.stdout for rank in range(2)), run.stdout[-2000:]

@@ -1,5 +1,5 @@
 """Run under torchrun with TORCHNEURON_XLA_COLLECTIVES=1 (tests/test_distributed_compile.py): graphs
-with collectives compile as one XLA program per rank, equal to the model on CPU. Prints "ok"."""
+with collectives compile as one XLA program per rank, equal to the model on CPU. Each rank prints a marker naming it."""
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
@@ -68,7 +68,7 @@ def main():
     stats = compile_stats()
     assert stats.get("spmd_graphs", 0) >= 6 and not stats.get("segmented_graphs") and not stats.get("eager_graphs"), stats
     dist.destroy_process_group()
-    print("ok")
+    print(f"xla-collectives-rank-{rank}-ok", flush=True)
 
 
 if __name__ == "__main__":
