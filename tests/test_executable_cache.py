@@ -90,7 +90,7 @@ def test_cache_stats_reports_what_the_issue_names():
 def test_memory_stays_within_the_bound_over_a_thousand_shapes():
     result = _run("""
         import json, torch, torchneuron
-        from torchneuron.eager import buckets, driver
+        from torchneuron.eager import driver
         def resident():
             return int(open('/proc/self/statm').read().split()[1]) * 4096
         def step(n):

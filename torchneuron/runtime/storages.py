@@ -167,8 +167,8 @@ def _zeros_maker(length: int, dtype: np.dtype, device_index: int):
 
 
 def widened(array: jax.Array, length: int) -> jax.Array:
-    """`array` with zeros appended up to `length` elements, by a cached executable (a storage's
-    buffer given room past its bytes: contents there are never read as values)."""
+    """`array` with zeros appended up to `length` elements, by a cached executable: a storage
+    grown (`fit`), or a buffer given room past its bytes (eager bucketing)."""
     return _widener(array.shape[0], length, np.dtype(array.dtype))(array)
 
 
@@ -186,7 +186,7 @@ def fit(array: jax.Array | None, dtype, length: int, device_index: int) -> jax.A
         array = bitcast(array, dtype)
     have = array.shape[0]
     if have < length:
-        array = jnp.concatenate([array, jnp.zeros((length - have,), dtype)])
+        array = widened(array, length)
     elif have > length:
         array = array[:length]
     return array
