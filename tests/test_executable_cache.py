@@ -142,6 +142,72 @@ def test_a_second_process_finds_the_first_ones_executables(tmp_path):
         torch.testing.assert_close(torch.tensor(run["compiled"]), torch.tanh(x @ x.T).sum(1))
 
 
+_PREFETCH_PROGRAM = """
+    import json, os, torch, torchneuron
+    torch.manual_seed(0)
+    x = torch.randn(6, 5).to('neuron')
+    ops = [torch.sin, torch.cos, torch.exp, torch.tanh, torch.sigmoid, torch.relu, torch.sqrt, torch.abs,
+           torch.neg, torch.floor, lambda t: t.softmax(1), lambda t: t.sum(0), lambda t: t @ t.T]
+    if os.environ.get("OTHER_ORDER"):  # another program: the first op, then others in another order
+        ops = ops[:1] + ops[:0:-1]
+    values = [op(x).cpu().tolist() for op in ops]
+    with torchneuron.eager_mode("fused"):
+        y = ((x * 2 + 1).tanh() - x).sum(1)
+        values.append(y.cpu().tolist())
+    stats = torchneuron.cache_stats()
+    print(json.dumps({"values": values, "compiles": stats["compiles"], "disk_hits": stats["disk_hits"],
+                      "prefetched": stats["prefetched"], "prefetch_hits": stats["prefetch_hits"]}))
+"""
+
+
+def _prefetch_reference(other_order: bool = False) -> list:
+    torch.manual_seed(0)
+    x = torch.randn(6, 5)
+    ops = [torch.sin, torch.cos, torch.exp, torch.tanh, torch.sigmoid, torch.relu, torch.sqrt, torch.abs,
+           torch.neg, torch.floor, lambda t: t.softmax(1), lambda t: t.sum(0), lambda t: t @ t.T]
+    if other_order:
+        ops = ops[:1] + ops[:0:-1]
+    return [op(x) for op in ops] + [((x * 2 + 1).tanh() - x).sum(1)]
+
+
+def _assert_prefetch_values(run: dict, other_order: bool = False) -> None:
+    for got, want in zip(run["values"], _prefetch_reference(other_order), strict=True):
+        torch.testing.assert_close(torch.tensor(got), want, equal_nan=True)
+
+
+def test_a_warm_process_loads_ahead_the_programs_the_one_before_asked_for(tmp_path):
+    cold, warm = _cold_and_warm(_PREFETCH_PROGRAM, tmp_path)
+    third = _last_json(_run(_PREFETCH_PROGRAM, TORCHNEURON_CACHE_DIR=str(tmp_path)).stdout)
+    assert cold["compiles"] >= 14 and cold["prefetched"] == cold["prefetch_hits"] == 0
+    for run in (warm, third):
+        assert run["compiles"] == 0 and run["disk_hits"] == cold["compiles"]
+        # the first program's load starts the worker, which loads those that followed it in the
+        # process before, ahead of their calls (all but one or two on an idle machine; a program the
+        # calling thread asks for before the worker reaches it is loaded there, not twice)
+        assert run["prefetch_hits"] >= run["disk_hits"] // 2 and run["prefetched"] >= run["prefetch_hits"]
+    for run in (cold, warm, third):
+        _assert_prefetch_values(run)
+
+
+def test_prefetching_off_loads_every_program_on_the_calling_thread(tmp_path):
+    _run(_PREFETCH_PROGRAM, TORCHNEURON_CACHE_DIR=str(tmp_path))
+    warm = _run(_PREFETCH_PROGRAM, TORCHNEURON_CACHE_DIR=str(tmp_path), TORCHNEURON_CACHE_PREFETCH="0")
+    assert warm.returncode == 0, warm.stderr[-3000:]
+    warm = _last_json(warm.stdout)
+    assert warm["compiles"] == 0 and warm["disk_hits"] > 0 and warm["prefetched"] == warm["prefetch_hits"] == 0
+    _assert_prefetch_values(warm)
+
+
+def test_a_process_that_asks_in_another_order_gets_its_own_programs(tmp_path):
+    # the worker loads what the process before asked for next; this one asks for others first
+    _run(_PREFETCH_PROGRAM, TORCHNEURON_CACHE_DIR=str(tmp_path))
+    other = _run(_PREFETCH_PROGRAM, TORCHNEURON_CACHE_DIR=str(tmp_path), OTHER_ORDER="1")
+    assert other.returncode == 0, other.stderr[-3000:]
+    other = _last_json(other.stdout)
+    assert other["compiles"] == 0 and other["disk_hits"] > 0
+    _assert_prefetch_values(other, other_order=True)
+
+
 _FACTORY_PROGRAM = """
     import json, torch, torchneuron
     from jax._src.interpreters import mlir

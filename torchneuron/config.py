@@ -17,6 +17,9 @@ ENVIRONMENT = {
                              "turns it off",
     "TORCHNEURON_CACHE_LIMIT": "bytes of compiled executables kept in memory (suffix K, M or G allowed), "
                                "least recently used evicted; default 2G",
+    "TORCHNEURON_CACHE_PREFETCH": "programs a process loads ahead from the persistent cache, in the order "
+                                  "the processes before it asked for them, on a worker thread; default "
+                                  "16, '0' turns it off",
     "TORCHNEURON_LOG": "comma-separated topics to log; 'recompiles' logs why torch.compile recompiled "
                        "and which eager op compiled for new shapes; 'flushes' logs why each fused eager "
                        "segment ran",
@@ -73,6 +76,7 @@ def _bytes(text: str) -> int:
 
 
 CACHE_DIR = _cache_dir()
+CACHE_PREFETCH = int(os.environ.get("TORCHNEURON_CACHE_PREFETCH", "16"))
 CACHE_LIMIT = _bytes(os.environ.get("TORCHNEURON_CACHE_LIMIT", "2G"))
 LOG = frozenset(topic.strip() for topic in os.environ.get("TORCHNEURON_LOG", "").split(",") if topic.strip())
 BUCKETS = os.environ.get("TORCHNEURON_BUCKETS", "1") != "0"

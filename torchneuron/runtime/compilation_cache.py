@@ -231,17 +231,24 @@ def load(key: str, args, device=None):
     """(The compiled executable stored under `key`, loaded onto the device of `args` (`device` where
     no argument is a device array), the seconds its compile took, its device-assert messages by
     id), or None (absent, unreadable or stale)."""
+    return load_onto(key, target_of(args, device))
+
+
+def target_of(args, device=None):
+    """The device a program for `args` runs on: their one device, else `device` (may be None)."""
+    return _device_of(args) or device
+
+
+def load_onto(key: str, target):
+    """`load`, onto the device `target` (None: nothing to load it onto)."""
     store = _store()
     try:
-        blob = store.get(key) if store is not None else None
+        blob = store.get(key) if store is not None and target is not None else None
         if blob is None:
             return None
         if _LAPACK_TARGET in blob:
             _initialize_lapack()
         serialized, seconds, messages = pickle.loads(blob)
-        target = _device_of(args) or device
-        if target is None:
-            return None
         return deserialize_and_load(*serialized, execution_devices=[target]), seconds, messages
     except Exception:  # noqa: BLE001  (a torn or foreign entry: compile instead; the next store replaces it)
         return None

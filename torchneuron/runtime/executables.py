@@ -27,7 +27,8 @@ import warnings
 import jax
 
 from .. import config
-from . import assert_messages, compilation_cache
+from . import assert_messages, compilation_cache, prefetch
+from .background import BackgroundQueue
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 # Evictions between clears of JAX's own caches: each clear costs a retrace of whatever is compiled
@@ -197,7 +198,8 @@ class _Tiered:
         self.calls = 0
         self.next_check = _TIER_CHECKS[0]
         self.promote = False
-        self.background = background  # (lowered program or None, store key of the full one): promoted off-thread
+        # (lowered program or None, store key of the full one, of this one): promoted off-thread
+        self.background = background
 
     def __call__(self, *args):
         self.calls += 1
@@ -262,11 +264,11 @@ class ExecutableCache:
             background = quick and function.kind in _BACKGROUND_KINDS
             full_key = compilation_cache.stored_key(function.identity, args, None, function.device) \
                 if background and function.identity else None
-            loaded = compilation_cache.load(full_key, args, function.device) if full_key is not None else None
+            loaded, ahead = prefetch.load(full_key, args, function.device) if full_key is not None else (None, False)
             if loaded is not None:  # promoted in an earlier process: its full executable
                 quick = background = False
             elif key is not None:
-                loaded = compilation_cache.load(key, args, function.device)
+                loaded, ahead = prefetch.load(key, args, function.device)
             from_disk = loaded is not None
             self.stats["untraced_loads"] += from_disk
             lowered = None
@@ -279,6 +281,7 @@ class ExecutableCache:
                 function.messages |= messages
                 if key is not None and not from_disk:  # (XLA:CPU: one loaded from disk serialises without its code)
                     compilation_cache.store(key, compiled, compiling, assert_messages.messages_of(function.messages))
+                    prefetch.noted(key, compilation_cache.target_of(args, function.device))
             else:
                 compiled, compiling, messages = loaded
                 assert_messages.register(messages)
@@ -289,8 +292,9 @@ class ExecutableCache:
             self.stats["disk_hits" if from_disk else "compiles"] += 1
             if quick:  # (weighed by what a compile costs: a promotion found on disk is cheaper still)
                 compiled = _Tiered(compiled, (function, signature), max(seconds, compiling),
-                                   (lowered, full_key) if background else None)
-            size = self._entry_bytes(_resident() - before)
+                                   (lowered, full_key, key) if background else None)
+            # (one the prefetch worker loaded grew memory on its thread: the typical cost, unsampled)
+            size = self._entry_bytes(None if loaded is not None and ahead else _resident() - before)
             function.signatures[signature] = compiled
             self.entries[(function, signature)] = size
             self.bytes += size
@@ -319,7 +323,7 @@ class ExecutableCache:
         here for arguments `like` its calls' where it was loaded from disk) and put it in the quick
         one's place, unless the cache dropped that entry meanwhile."""
         function, signature = tiered.entry
-        lowered, key = tiered.background
+        lowered, key, quick_key = tiered.background
         tiered.background = None
         if function.signatures.get(signature) is not tiered:
             return
@@ -334,6 +338,8 @@ class ExecutableCache:
         seconds = time.perf_counter() - started
         if key is not None and not from_disk:  # (XLA:CPU: one loaded from disk serialises without its code)
             compilation_cache.store(key, compiled, seconds, assert_messages.messages_of(function.messages))
+        if key is not None and quick_key is not None:  # (a later process loads the full one in its place)
+            prefetch.replaced(quick_key, key)
         compiled = _direct_call(compiled)
         with self._lock:
             if function.signatures.get(signature) is not tiered:
@@ -353,10 +359,14 @@ class ExecutableCache:
                 if function.compiled is tiered:
                     function.compiled = tiered.call
 
-    def _entry_bytes(self, grew: int) -> int:
+    def _entry_bytes(self, grew: int | None) -> int:
         """An executable's estimated resident cost: the mean growth across the process's first
         compiles (the very first also loads the compiler: left out; one that reused freed memory
-        counts as growing nothing), or what this compile grew where that is far more (a large graph)."""
+        counts as growing nothing), or what this compile grew where that is far more (a large graph).
+        None: not measured here (loaded on another thread), the typical cost."""
+        if grew is None:
+            typical = sum(self._typical) // len(self._typical) if self._typical else _DEFAULT_ENTRY_BYTES
+            return max(typical, _MIN_ENTRY_BYTES)
         self._samples += 1
         if self._samples > 1 and len(self._typical) < 64:
             self._typical.append(max(grew, 0))
@@ -414,6 +424,7 @@ class ExecutableCache:
                 "compiles": stats["compiles"], "disk_hits": stats["disk_hits"],
                 "promotions": stats["promotions"],
                 "untraced_loads": stats["untraced_loads"],
+                **prefetch.stats(),
                 "compile_seconds": stats["compile_seconds"],
                 "entries_by_kind": {k: v for k, v in self.by_kind.items() if v},
                 "persistent_cache": compilation_cache.directory(),
@@ -423,44 +434,7 @@ class ExecutableCache:
 CACHE = ExecutableCache(config.CACHE_LIMIT)
 
 
-class _Promoter:
-    """Runs background promotions one at a time on a worker thread, which ends when the queue is
-    empty or the main thread has ended (a process that exits waits for one compile at most)."""
-
-    def __init__(self):
-        self.jobs: collections.deque = collections.deque()
-        self.thread: threading.Thread | None = None
-        self.lock = threading.Lock()
-
-    def submit(self, job) -> None:
-        with self.lock:
-            self.jobs.append(job)
-            if self.thread is None:
-                self.thread = threading.Thread(target=self._work, name="torchneuron-promote")
-                self.thread.start()
-
-    def _work(self) -> None:
-        main = threading.main_thread()
-        while True:
-            with self.lock:
-                if not self.jobs or not main.is_alive():
-                    self.jobs.clear()
-                    self.thread = None
-                    return
-                job = self.jobs.popleft()
-            job()
-
-    def wait(self) -> None:
-        """Until every submitted promotion has run (tests)."""
-        while True:
-            with self.lock:
-                thread = self.thread
-            if thread is None:
-                return
-            thread.join()
-
-
-_PROMOTER = _Promoter()
+_PROMOTER = BackgroundQueue("torchneuron-promote")
 
 
 def wait_for_promotions() -> None:
