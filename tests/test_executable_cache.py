@@ -175,9 +175,15 @@ def _assert_prefetch_values(run: dict, other_order: bool = False) -> None:
         torch.testing.assert_close(torch.tensor(got), want, equal_nan=True)
 
 
+def _prefetch_run(cache_dir, **env) -> dict:
+    """_PREFETCH_PROGRAM's report from a process on `cache_dir`."""
+    run = _run(_PREFETCH_PROGRAM, TORCHNEURON_CACHE_DIR=str(cache_dir), **env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return _last_json(run.stdout)
+
+
 def test_a_warm_process_loads_ahead_the_programs_the_one_before_asked_for(tmp_path):
-    cold, warm = _cold_and_warm(_PREFETCH_PROGRAM, tmp_path)
-    third = _last_json(_run(_PREFETCH_PROGRAM, TORCHNEURON_CACHE_DIR=str(tmp_path)).stdout)
+    cold, warm, third = (_prefetch_run(tmp_path) for _ in range(3))
     assert cold["compiles"] >= 14 and cold["prefetched"] == cold["prefetch_hits"] == 0
     for run in (warm, third):
         assert run["compiles"] == 0 and run["disk_hits"] == cold["compiles"]
@@ -189,23 +195,17 @@ def test_a_warm_process_loads_ahead_the_programs_the_one_before_asked_for(tmp_pa
         _assert_prefetch_values(run)
 
 
-def test_prefetching_off_loads_every_program_on_the_calling_thread(tmp_path):
-    _run(_PREFETCH_PROGRAM, TORCHNEURON_CACHE_DIR=str(tmp_path))
-    warm = _run(_PREFETCH_PROGRAM, TORCHNEURON_CACHE_DIR=str(tmp_path), TORCHNEURON_CACHE_PREFETCH="0")
-    assert warm.returncode == 0, warm.stderr[-3000:]
-    warm = _last_json(warm.stdout)
-    assert warm["compiles"] == 0 and warm["disk_hits"] > 0 and warm["prefetched"] == warm["prefetch_hits"] == 0
-    _assert_prefetch_values(warm)
-
-
-def test_a_process_that_asks_in_another_order_gets_its_own_programs(tmp_path):
-    # the worker loads what the process before asked for next; this one asks for others first
-    _run(_PREFETCH_PROGRAM, TORCHNEURON_CACHE_DIR=str(tmp_path))
-    other = _run(_PREFETCH_PROGRAM, TORCHNEURON_CACHE_DIR=str(tmp_path), OTHER_ORDER="1")
-    assert other.returncode == 0, other.stderr[-3000:]
-    other = _last_json(other.stdout)
-    assert other["compiles"] == 0 and other["disk_hits"] > 0
-    _assert_prefetch_values(other, other_order=True)
+@pytest.mark.parametrize("env", [{"TORCHNEURON_CACHE_PREFETCH": "0"}, {"OTHER_ORDER": "1"}],
+                         ids=["prefetching off", "another order"])
+def test_a_warm_process_without_loading_ahead_or_asking_in_another_order_gets_its_programs(tmp_path, env):
+    # off: every program loads on the calling thread; another order: the worker loads what the
+    # process before asked for next, and this one asks for others first
+    _prefetch_run(tmp_path)
+    warm = _prefetch_run(tmp_path, **env)
+    assert warm["compiles"] == 0 and warm["disk_hits"] > 0
+    if "TORCHNEURON_CACHE_PREFETCH" in env:
+        assert warm["prefetched"] == warm["prefetch_hits"] == 0
+    _assert_prefetch_values(warm, other_order="OTHER_ORDER" in env)
 
 
 _FACTORY_PROGRAM = """
