@@ -8,6 +8,7 @@ check `stopping()` between their steps. Background promotions to full optimisati
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import threading
 import weakref
@@ -44,7 +45,8 @@ class BackgroundQueue:
                     self.thread = None
                     return
                 job = self.jobs.popleft()
-            job()
+            with contextlib.suppress(Exception):  # (a failed job loses its own work, not the thread)
+                job()
 
     def wait(self) -> None:
         """Until every job submitted so far has run (tests, benchmarks)."""

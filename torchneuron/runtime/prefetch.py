@@ -3,8 +3,9 @@
 A second run of a program asks the cache for the same programs in about the same order as the
 first, and each load (deserialising an XLA executable: ~2 ms for one op, ~40 ms for a fused
 segment) used to stop the calling thread. So every process notes the order in which it loaded or
-stored named programs, and at exit stores, beside each program, the names of the LOOK_AHEAD
-programs that followed it (only where that list changed). When a later process loads a program,
+stored named programs, and at exit stores, beside every eighth program, the names of the
+LOOK_AHEAD programs that followed it (only where that list changed; one list per program doubled
+the files a test suite leaves in the cache). When a later process loads a program,
 a worker thread loads the ones that followed it last time while the calling thread goes on (XLA
 deserialises without the GIL: the calling thread keeps about three quarters of its speed on two
 cores); asked for one, the calling thread takes it from the worker, or waits for the one the
@@ -28,11 +29,12 @@ from . import compilation_cache
 from .background import BackgroundQueue, stopping
 
 LOOK_AHEAD = config.CACHE_PREFETCH
+ANCHOR_EVERY = max(LOOK_AHEAD // 2, 1)  # programs with a list of their followers: every this many
 HOLD = 64  # loaded programs not asked for yet (the oldest goes first)
 MAX_NOTED = 4096  # programs a process notes: a warm start is its first ones
 
 _cond = threading.Condition()
-# key -> (device id, loaded, its place among the names that brought it)
+# key -> (device id, loaded, whether a list of its followers was stored beside it)
 _ready: collections.OrderedDict = collections.OrderedDict()
 _loading = [None]  # the key the worker is loading now
 _asked: set = set()  # keys this process loaded or stored itself: never loaded ahead
@@ -52,10 +54,11 @@ def load(key: str, args, device=None):
         if loaded is not None:
             noted(key, target)
         return loaded, False
-    loaded, place = taken
-    # past the middle of the names that brought it: the worker reads on from here (reading every
-    # program's names, mostly the same ones shifted by one, cost the calling thread more than it saved)
-    noted(key, target, follow=place >= LOOK_AHEAD // 2)
+    loaded, anchored = taken
+    # the worker reads on from the next program with a list, half way through this one (reading
+    # every program's names, mostly the same ones shifted by one, cost the calling thread more than
+    # it saved)
+    noted(key, target, follow=anchored)
     return loaded, True
 
 
@@ -106,7 +109,7 @@ def _take(key: str, target):
 
 
 def _successors_key(key: str) -> str:
-    return key + "-next-" + hashlib.sha256(repr(("successors", LOOK_AHEAD)).encode()).hexdigest()[:8]
+    return key + "-next-" + hashlib.sha256(repr(("successors", 2, LOOK_AHEAD)).encode()).hexdigest()[:8]
 
 
 def _load_after(key: str) -> None:
@@ -115,7 +118,7 @@ def _load_after(key: str) -> None:
     devices = {d.id: d for d in jax.devices()}
     with _cond:
         _known[key] = successors
-    for place, (successor, device_id) in enumerate(successors):
+    for successor, device_id, anchored in successors:
         if stopping():
             return
         with _cond:
@@ -129,7 +132,7 @@ def _load_after(key: str) -> None:
             with _cond:
                 _loading[0] = None
                 if loaded is not None and successor not in _asked:
-                    _ready[successor] = (device_id, loaded, place)
+                    _ready[successor] = (device_id, loaded, anchored)
                     STATS["prefetched"] += 1
                     while len(_ready) > HOLD:
                         _ready.popitem(last=False)
@@ -159,8 +162,9 @@ def _store_successors() -> None:
         order = [tuple(entry) for entry in _order]
         known = dict(_known)
     for i, (key, _) in enumerate(order):
-        successors = [list(entry) for entry in order[i + 1:i + 1 + LOOK_AHEAD]]
-        if not successors:
+        successors = [[name, device_id, j % ANCHOR_EVERY == 0]
+                      for j, (name, device_id) in enumerate(order[i + 1:i + 1 + LOOK_AHEAD], start=i + 1)]
+        if i % ANCHOR_EVERY or not successors:
             continue
         stored = known[key] if key in known else compilation_cache.load_value(_successors_key(key))
         if stored != successors:  # (a read is cheaper than a write: most lists are as they were)
