@@ -10,6 +10,7 @@ import torch.nn.functional as F
 import torchneuron
 from torchneuron.eager import buckets
 from torchneuron.lowering import padding
+from torchneuron.runtime import deferred
 
 
 @pytest.fixture(autouse=True)
@@ -279,3 +280,33 @@ def test_a_fused_decode_loop_records_bucketed_calls_and_reuses_its_segments():
     # each bucket another; executables: one per structure and input shapes)
     assert after["segment_compiles"] - stats["segment_compiles"] <= bucket_count + 3
     assert torchneuron.cache_stats()["entries_by_kind"]["segment"] - programs <= bucket_count + 3
+
+
+def test_a_decode_step_whose_ids_enter_the_next_bucket_first_records_no_attention_of_its_own():
+    """A decode step appends its token to ids one position ahead of the caches (Hugging Face's
+    input_ids and attention mask), so one step per bucket has ids in the next bucket and caches in
+    this one. Fused eager cuts before a call whose growing size passes the segment's (every step
+    alike): that step records the attention half of this bucket's steps and the ids half of the next
+    bucket's, and each bucket compiles its attention into one segment program, not two."""
+    heads, d = 2, 12
+    q = _seeded(1, heads, 1, d + 1)[..., :d]
+    k = v = _seeded(1, heads, 2, d + 1)[..., :d]
+    ids = torch.arange(3).reshape(1, 3)
+    qn, kn, vn, ids_n = q.to("neuron"), k.to("neuron"), v.to("neuron"), ids.to("neuron")
+    lengths = range(3, 40)
+    before = set(deferred._SEGMENTS)
+    with torchneuron.eager_mode("fused"):
+        for n in lengths:
+            new = _seeded(1, heads, 1, d + n)[..., :d]
+            k, v = torch.cat([k, new], 2), torch.cat([v, new * 2], 2)
+            on_device = new.to("neuron")
+            kn, vn = torch.cat([kn, on_device], 2), torch.cat([vn, on_device * 2], 2)
+            token = F.scaled_dot_product_attention(q, k, v).sum().floor().long().reshape(1, 1) % 7
+            token_n = F.scaled_dot_product_attention(qn, kn, vn).sum().floor().long().reshape(1, 1) % 7
+            ids, ids_n = torch.cat([ids, token], 1), torch.cat([ids_n, token_n], 1)
+            assert (ids_n[:, -1] == ids[:, -1].to("neuron")).all().item()  # (a flush per step, as generate's check)
+    torch.testing.assert_close(ids_n.cpu(), ids, rtol=0, atol=0)
+    attention = [key for key in set(deferred._SEGMENTS) - before
+                 if any("scaled_dot_product" in function.name for function, _ in key[0])]
+    bucket_count = len({padding.bucket(n) for n in lengths})
+    assert len(attention) <= bucket_count + 2  # (+2: the steps before the sizes' stream is known)

@@ -400,6 +400,7 @@ class BucketedPlan:
                 self.counted = [(i, a) for a in rule.counted_axes if varying[i][a]]
         # the sizes vector: every dimension of every tensor argument, then of every tensor result
         self.n_tensors = len(tensors)
+        self.growing_at = _growing_at(varying, self.results, self.result_axes)
         # named by everything the program depends on besides its buffers: the persistent cache
         # loads it in a later process without tracing it
         layouts = [None if lay is None else lay._replace(stride=canonical_stride(lay.shape, lay.stride)) for lay in self.layouts]
@@ -499,7 +500,8 @@ class BucketedPlan:
             flat += [PYTHON_SCALAR_TYPES.get(type(v), np.asarray)(v) for v in desc.scalars]
         STATS["calls"] += 1
         if deferred._mode["fused"]:  # recorded: a segment of bucketed calls repeats within the bucket
-            outputs = iter(deferred.record(self.function, flat, desc.index))
+            reach = max((sizes[k] for k in self.growing_at), default=0)
+            outputs = iter(deferred.record(self.function, flat, desc.index, reach=reach))
         else:
             outputs = iter(self.function(*flat))
         returns = []
@@ -546,6 +548,19 @@ class BucketedPlan:
             self._seen.clear()
         self._seen[key] = found
         return found
+
+
+def _growing_at(varying, results, result_axes) -> list:
+    """Where the sizes vector holds a growing size: the varying dimensions of the arguments, then
+    the growing axes of the tensor results (where known)."""
+    at = [k for k, varies in enumerate(v for per_tensor in varying for v in per_tensor) if varies]
+    offset = sum(len(v) for v in varying)
+    for r, axes in zip(results, result_axes or [None] * len(results)):
+        if r[0] != "tensor":
+            continue
+        at += [offset + a for a in axes or ()]
+        offset += len(r[1])
+    return at
 
 
 def _widened(buffers, handles, widen):

@@ -76,10 +76,11 @@ class Pending:
 
 
 class Segment:
-    __slots__ = ("device", "input_avals", "input_index", "inputs", "nodes", "outputs")
+    __slots__ = ("device", "input_avals", "input_index", "inputs", "nodes", "outputs", "reach")
 
     def __init__(self):
         self.device = None  # the NeuronCore its plans run on
+        self.reach = 0  # the largest growing size its bucketed calls met (record's `reach`)
         self.nodes: list = []  # (function, input refs): with the live outputs, the cache key
         self.inputs: list = []  # concrete arrays and host scalars the segment reads
         self.input_avals: list = []  # their (shape, dtype): read once per segment (jax.Array's are Python properties)
@@ -179,10 +180,11 @@ _HOST_SCALARS = frozenset(PYTHON_SCALAR_TYPES.values())
 _CARRIES_DTYPE: dict = {}  # type -> whether its values have a dtype (arrays; not Python numbers)
 
 
-def record(function, flat, device_index: int, rng_at: int = -1) -> list:
+def record(function, flat, device_index: int, rng_at: int = -1, reach: int = 0) -> list:
     """Record a call of `function` (an executables.Function) on `flat`, on NeuronCore
     `device_index`, in the current segment; returns its outputs as Pending values. `rng_at`: where
-    the call's generator (seed, offset) pair starts in `flat` (a capture draws it anew per replay)."""
+    the call's generator (seed, offset) pair starts in `flat` (a capture draws it anew per replay).
+    `reach`: a bucketed call's largest growing size (its arguments' and results'), else 0."""
     with _lock:
         segment = _segment
         if segment.device != device_index:
@@ -195,6 +197,16 @@ def record(function, flat, device_index: int, rng_at: int = -1) -> list:
             flush("segment length")
             segment = _segment
             segment.device = device_index
+        elif reach > segment.reach > 0 and _capture["recording"] is None:
+            # A size that grows past every one the segment met so far (a decode step's token ids,
+            # one position ahead of its caches): cut before it, every step alike, so the step
+            # whose ids enter the next bucket before its caches do records the two halves of the
+            # steady steps on either side (one bucket's, the next's), not a segment of its own.
+            flush("a size grew")
+            segment = _segment
+            segment.device = device_index
+        if reach:
+            segment.reach = max(segment.reach, reach)
         refs = []
         signature = []
         input_index = segment.input_index
