@@ -294,7 +294,7 @@ class ExecutableCache:
                 compiled = _Tiered(compiled, (function, signature), max(seconds, compiling),
                                    (lowered, full_key, key) if background else None)
             # (one the prefetch worker loaded grew memory on its thread: the typical cost, unsampled)
-            size = self._entry_bytes(None if loaded is not None and ahead else _resident() - before)
+            size = self._entry_bytes(None if ahead else _resident() - before)
             function.signatures[signature] = compiled
             self.entries[(function, signature)] = size
             self.bytes += size
@@ -364,15 +364,13 @@ class ExecutableCache:
         compiles (the very first also loads the compiler: left out; one that reused freed memory
         counts as growing nothing), or what this compile grew where that is far more (a large graph).
         None: not measured here (loaded on another thread), the typical cost."""
-        if grew is None:
-            typical = sum(self._typical) // len(self._typical) if self._typical else _DEFAULT_ENTRY_BYTES
-            return max(typical, _MIN_ENTRY_BYTES)
-        self._samples += 1
-        if self._samples > 1 and len(self._typical) < 64:
-            self._typical.append(max(grew, 0))
+        if grew is not None:
+            self._samples += 1
+            if self._samples > 1 and len(self._typical) < 64:
+                self._typical.append(max(grew, 0))
         typical = max(sum(self._typical) // len(self._typical), _MIN_ENTRY_BYTES) if self._typical \
             else _DEFAULT_ENTRY_BYTES
-        return grew if len(self._typical) >= 8 and grew > 4 * typical else typical
+        return grew if grew is not None and len(self._typical) >= 8 and grew > 4 * typical else typical
 
     def _evict(self, keep) -> None:
         """Second chance: the oldest entry goes unless its function was called since the last sweep

@@ -90,11 +90,6 @@ def stats() -> dict:
     return {"prefetched": STATS["prefetched"], "prefetch_hits": STATS["prefetch_hits"]}
 
 
-def wait() -> None:
-    """Until the worker has done what it was given (tests)."""
-    _WORKER.wait()
-
-
 def _take(key: str, target):
     if not LOOK_AHEAD or target is None:
         return None
@@ -108,8 +103,12 @@ def _take(key: str, target):
     return entry[1], entry[2]
 
 
+# (the list's format and length are in its name: a list of another format is never read)
+_SUCCESSORS = "-next-" + hashlib.sha256(repr(("successors", 2, LOOK_AHEAD)).encode()).hexdigest()[:8]
+
+
 def _successors_key(key: str) -> str:
-    return key + "-next-" + hashlib.sha256(repr(("successors", 2, LOOK_AHEAD)).encode()).hexdigest()[:8]
+    return key + _SUCCESSORS
 
 
 def _load_after(key: str) -> None:
