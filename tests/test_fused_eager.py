@@ -333,6 +333,41 @@ def test_a_segment_loaded_quick_from_disk_is_promoted_on_the_worker(tmp_path):
     assert warm["quick_segments"] == 0  # the hot segment runs its full program now
 
 
+def test_a_promotion_waits_until_the_calling_thread_stops_compiling(monkeypatch):
+    """A hot segment's promotion is queued, but the worker starts it only once the calling thread has
+    compiled nothing for `_QUIET_SECONDS` (a cold `generate` compiles a new bucket's segments every few
+    dozen steps: a promotion beside them slowed the whole call). Values equal CPU's throughout."""
+    from torchneuron.runtime import compilation_cache, executables
+    executables.wait_for_promotions()  # (earlier tests' promotions)
+    monkeypatch.setattr(executables, "_QUIET_SECONDS", 5.0)
+    previous = compilation_cache.directory()  # (off: an earlier run's full program would be loaded instead)
+    compilation_cache.enable(None)
+    try:
+        _promote_after_compiles_stop(executables)
+    finally:
+        compilation_cache.enable(previous)
+
+
+def _promote_after_compiles_stop(executables):
+    import time
+    torch.manual_seed(0)
+    x = torch.randn(7, 23)
+    d = x.to("neuron")
+    before = torchneuron.cache_stats()["promotions"]
+    with torchneuron.eager_mode("fused"):
+        for step in range(executables._BACKGROUND_AFTER + 2):  # hot: its promotion is queued now
+            torch.testing.assert_close(((d * 0.25 + step).cos() * d).sum(1).cpu(), ((x * 0.25 + step).cos() * x).sum(1))
+        for op in (torch.sin, torch.exp, torch.tanh, torch.sigmoid, torch.erf, torch.expm1, torch.atan,
+                   torch.sinh):  # each a new program, compiled well inside the quiet time of each other
+            torch.testing.assert_close(op(d * 0.5).cpu(), op(x * 0.5))
+            time.sleep(0.05)
+            assert torchneuron.cache_stats()["promotions"] == before  # not while the thread compiles
+    executables.wait_for_promotions()
+    assert torchneuron.cache_stats()["promotions"] == before + 1  # once it stopped
+    with torchneuron.eager_mode("fused"):
+        torch.testing.assert_close(((d * 0.25 + 2).cos() * d).sum(1).cpu(), ((x * 0.25 + 2).cos() * x).sum(1))
+
+
 def test_plans_that_ran_only_inside_segments_go_when_their_segments_go(monkeypatch):
     """A plan recorded in fused eager never compiles a program of its own, so the cache's eviction
     never reached it: each new shape kept a plan forever. It now goes once no cached segment runs it."""
