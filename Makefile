@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fused install build lint bench conformance sweep clean
+.PHONY: demo test test-strict test-fused install build lint bench conformance sweep clean
 
 $(STAMP): pyproject.toml setup.py csrc/neuron_core.cpp
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,12 +27,15 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest tests
 
-# The tests of views, in-place ops, training, RNG and memory again with every eager op deferred and
-# run as fused segments (TORCHNEURON_EAGER=fused): both modes must compute the same values.
-FUSED_TESTS := tests/test_views.py tests/test_training.py tests/test_rng.py tests/test_memory.py \
+# The tests of views, in-place ops, training, RNG and memory in each eager mode: `make test` runs
+# them in the default one (fused: ops deferred and run as fused segments), these legs in one named
+# mode; both modes must compute the same values.
+MODE_TESTS := tests/test_views.py tests/test_training.py tests/test_rng.py tests/test_memory.py \
 	tests/test_eager_paths.py tests/test_transfer.py tests/test_device_asserts.py
+test-strict: $(STAMP)
+	TORCHNEURON_EAGER=strict $(PY) -m pytest $(MODE_TESTS)
 test-fused: $(STAMP)
-	TORCHNEURON_EAGER=fused $(PY) -m pytest $(FUSED_TESTS)
+	TORCHNEURON_EAGER=fused $(PY) -m pytest $(MODE_TESTS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check torchneuron tests benchmarks

@@ -6,6 +6,8 @@ Prints small (64-element) add, mul, sum and matmul, a 1024x1024 float32 matmul a
 of the small GPT (2 layers, width 32, 4 heads, sequence 16, batch 4, AdamW), with the ratio
 neuron / CPU for each. CPU and neuron are timed in alternating rounds, each reporting its fastest
 round (see timing.py: the machine's speed comes in phases).
+Neuron runs in the default eager mode (fused; `TORCHNEURON_EAGER=strict` for op-by-op, which
+benchmarks/fused_eager.py times beside it).
 """
 from __future__ import annotations
 

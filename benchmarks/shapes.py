@@ -4,13 +4,13 @@
 
 1. A tiny Llama (2 layers, hidden 64, 4 heads, vocab 256) `generate(max_new_tokens=64)`, greedy,
    with Hugging Face's default (dynamic) KV cache: every step's sequence length is new. Timed on
-   neuron with eager bucketing (TORCHNEURON_EAGER_BUCKETS=1) in a fresh process with an empty
-   persistent cache, in a fresh process with the cache the first one filled, and again in the same
-   process; with every eager op at its exact sizes
+   neuron in strict eager (TORCHNEURON_EAGER=strict) with eager bucketing (TORCHNEURON_EAGER_BUCKETS=1)
+   in a fresh process with an empty persistent cache, in a fresh process with the cache the first
+   one filled, and again in the same process; with every eager op at its exact sizes
    (TORCHNEURON_EAGER_BUCKETS=0, an empty cache) as the baseline; and on CPU. Resident memory
    growth of each neuron run and its XLA compiles (torchneuron.cache_stats()). The same three in
-   fused eager (TORCHNEURON_EAGER=fused: each decode step one recorded segment, bucketed within a
-   bucket). Each neuron run must produce CPU's tokens.
+   fused eager, the default (TORCHNEURON_EAGER=fused: a decode step two recorded segments, bucketed
+   within a bucket). Each neuron run must produce CPU's tokens.
 2. The small GPT's training step (torchneuron.testing.models, width 32) compiled with
    `dynamic=True`, over `--steps` steps whose sequence length is drawn from 8..128 (the model's
    context is 128 here): XLA compiles and wall time on neuron with shape buckets, on neuron at exact
@@ -103,21 +103,21 @@ def generate_cases() -> None:
     cpu_seconds = min(r["seconds"] for r in cpu["runs"])
     with tempfile.TemporaryDirectory() as cache:
         cold = run(GENERATE.format(device="neuron", repeats=2), TORCHNEURON_CACHE_DIR=cache,
-                   TORCHNEURON_EAGER_BUCKETS="1")
+                   TORCHNEURON_EAGER_BUCKETS="1", TORCHNEURON_EAGER="strict")
         warm = run(GENERATE.format(device="neuron", repeats=1), TORCHNEURON_CACHE_DIR=cache,
-                   TORCHNEURON_EAGER_BUCKETS="1")
+                   TORCHNEURON_EAGER_BUCKETS="1", TORCHNEURON_EAGER="strict")
     with tempfile.TemporaryDirectory() as cache:  # the baseline: every eager op at its exact sizes
         exact = run(GENERATE.format(device="neuron", repeats=1), TORCHNEURON_CACHE_DIR=cache,
-                    TORCHNEURON_EAGER_BUCKETS="0")
-    with tempfile.TemporaryDirectory() as cache:  # fused eager: one segment program per decode step
+                    TORCHNEURON_EAGER_BUCKETS="0", TORCHNEURON_EAGER="strict")
+    with tempfile.TemporaryDirectory() as cache:  # fused eager (the default): segments per decode step
         fused_cold = run(GENERATE.format(device="neuron", repeats=2), TORCHNEURON_CACHE_DIR=cache,
                          TORCHNEURON_EAGER_BUCKETS="1", TORCHNEURON_EAGER="fused")
         fused_warm = run(GENERATE.format(device="neuron", repeats=1), TORCHNEURON_CACHE_DIR=cache,
                          TORCHNEURON_EAGER_BUCKETS="1", TORCHNEURON_EAGER="fused")
-    rows = [("fresh process, empty cache", cold["runs"][0], cold),
-            ("fresh process, warm cache", warm["runs"][0], warm),
-            ("same process, second call", cold["runs"][1], None),
-            ("empty cache, exact sizes", exact["runs"][0], exact),
+    rows = [("strict: fresh, empty cache", cold["runs"][0], cold),
+            ("strict: fresh, warm cache", warm["runs"][0], warm),
+            ("strict: same process", cold["runs"][1], None),
+            ("strict: empty cache, exact sizes", exact["runs"][0], exact),
             ("fused: fresh, empty cache", fused_cold["runs"][0], fused_cold),
             ("fused: fresh, warm cache", fused_warm["runs"][0], fused_warm),
             ("fused: same process", fused_cold["runs"][1], None)]

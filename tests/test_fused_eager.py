@@ -223,15 +223,22 @@ def test_memory_after_many_fused_steps_equals_strict():
     assert fused_memory == strict_memory
 
 
-def test_eager_mode_validates_and_is_set_by_the_environment():
+@pytest.mark.parametrize("setting", [None, "fused", "strict"])
+def test_eager_mode_validates_and_is_set_by_the_environment(setting):
+    """Fused by default; TORCHNEURON_EAGER names the mode; eager_mode refuses an unknown one."""
+    import os
     with pytest.raises(ValueError, match="expected one of"), torchneuron.eager_mode("lazy"):
         pass
     code = ("import torch, torchneuron; x = torch.ones(3, device='neuron') + 1; "
-            "s = torchneuron.eager_stats(); print(s['mode'], s['pending_ops'])")
+            "s = torchneuron.eager_stats(); print(s['mode'], s['pending_ops'], x.sum().item())")
+    env = {k: v for k, v in os.environ.items() if k != "TORCHNEURON_EAGER"}
+    if setting is not None:
+        env["TORCHNEURON_EAGER"] = setting
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120,
-                         env={**__import__("os").environ, "TORCHNEURON_EAGER": "fused"})
-    mode, pending = out.stdout.split()
-    assert mode == "fused" and int(pending) >= 1
+                         env=env)
+    mode, pending, total = out.stdout.split()
+    assert mode == (setting or "fused") and float(total) == 6.0
+    assert (int(pending) >= 1) == (mode == "fused")  # fused recorded the add; strict ran it
 
 
 _SEGMENT_PROGRAM = """

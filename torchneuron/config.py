@@ -23,8 +23,8 @@ ENVIRONMENT = {
     "TORCHNEURON_LOG": "comma-separated topics to log; 'recompiles' logs why torch.compile recompiled "
                        "and which eager op compiled for new shapes; 'flushes' logs why each fused eager "
                        "segment ran",
-    "TORCHNEURON_EAGER": "'strict' (default) runs each eager op as it is called; 'fused' defers ops and "
-                         "runs them as fused segments when a value is needed",
+    "TORCHNEURON_EAGER": "default 'fused' defers eager ops and runs them as fused segments when a value "
+                         "is needed; 'strict' runs each eager op as it is called",
     "TORCHNEURON_BUCKETS": "'0' compiles dynamic graphs at exact sizes; default '1' rounds dynamic sizes "
                            "up to power-of-two buckets",
     "TORCHNEURON_EAGER_BUCKETS": "default '1' runs an eager op whose calls grow along one size at that "
@@ -46,7 +46,9 @@ PLATFORM = os.environ.get("TORCHNEURON_PLATFORM", "cpu")
 CORES = int(os.environ.get("TORCHNEURON_CORES", "2"))
 MEMORY_LIMIT = os.environ.get("TORCHNEURON_MEMORY_LIMIT")
 FALLBACK = os.environ.get("TORCHNEURON_FALLBACK", "cpu")
-EAGER = os.environ.get("TORCHNEURON_EAGER", "strict")
+# Fused by default since the suite, the conformance run and the benchmarks showed it equal or better
+# (docs/DEFERRED.md); strict stays a setting, and `torchneuron.eager_mode("strict")` a block.
+EAGER = os.environ.get("TORCHNEURON_EAGER", "fused")
 if EAGER not in ("strict", "fused"):
     raise ValueError(f"TORCHNEURON_EAGER={EAGER!r}: expected 'strict' or 'fused'")
 # Asynchronous dispatch on XLA:CPU, as on every accelerator: a program returns once queued, so the
