@@ -3,7 +3,8 @@
     python benchmarks/compile.py
 
 The GPT of torchneuron.testing.models (2 layers, width 32, 4 heads, sequence 16, batch 4) on: neuron
-eager, neuron torch.compile (the whole step), PyTorch CPU eager, torch.compile with inductor on CPU
+strict eager (each op as it is called; benchmarks/fused_eager.py times fused eager, the default, whose
+unread forward would compute nothing here), neuron torch.compile (the whole step), PyTorch CPU eager, torch.compile with inductor on CPU
 (skipped if it cannot compile here), and the same model as a plain JAX function under jax.jit (the
 ceiling). Also each first call (compile) time, and ratios to the jax.jit time. After every case is
 built and compiled, the cases are timed in interleaved rounds, each reporting its fastest round (see
@@ -27,7 +28,7 @@ import torch._dynamo
 from timing import interleaved_seconds_per_call, sync_for
 from torch._dynamo.backends.common import aot_autograd
 
-import torchneuron  # noqa: F401
+import torchneuron
 from torchneuron.compile import backend as neuron_compile
 from torchneuron.testing.models import GPT, batches
 
@@ -69,7 +70,7 @@ def replay_backend(device):
                         decompositions=neuron_compile._DECOMPOSITIONS, keep_inference_input_mutations=True)
 
 
-def torch_case(device, compile_backend=None):
+def torch_case(device, compile_backend=None, mode=None):
     torch.manual_seed(0)
     model = GPT().to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=LR)
@@ -89,8 +90,17 @@ def torch_case(device, compile_backend=None):
     if compile_backend:
         step = torch.compile(own_code(step), backend=compile_backend)
         forward = torch.compile(own_code(forward), backend=compile_backend)
+    if mode:
+        step, forward = in_mode(mode, step), in_mode(mode, forward)
     sync = sync_for(device)
     return (first_call(step, sync), step, sync), (first_call(forward, sync), forward, sync)
+
+
+def in_mode(mode: str, fn):
+    def run():
+        with torchneuron.eager_mode(mode):
+            return fn()
+    return run
 
 
 def jax_case(batch: int = 4):
@@ -164,7 +174,7 @@ def main():
              "neuron compiled": lambda: torch_case("neuron", "neuron"),
              "cpu eager": lambda: torch_case("cpu"),
              "cpu inductor": lambda: torch_case("cpu", "inductor"),
-             "neuron eager": lambda: torch_case("neuron"),
+             "neuron eager": lambda: torch_case("neuron", mode="strict"),
              "neuron replay": lambda: torch_case("neuron", replay_backend("neuron")),
              "cpu replay": lambda: torch_case("cpu", replay_backend("cpu"))}
     built = {}

@@ -6,6 +6,8 @@ The setting is read at import (TORCHNEURON_DEVICE_ASSERTS), so each side runs in
 process; the two alternate for three rounds and each case reports its fastest round. Cases: an
 eager gather and an embedding lookup of 64 indices, the small GPT's eager training step (AdamW,
 embedding and cross-entropy checked) and its training step under torch.compile(backend="neuron").
+The children run strict eager (TORCHNEURON_EAGER=strict), each op as it is called, so every checked
+op runs: in fused eager, the default, a result nobody reads is never computed.
 """
 from __future__ import annotations
 
@@ -64,7 +66,7 @@ def main() -> None:
     best: dict = {"1": {}, "0": {}}
     for _ in range(ROUNDS):
         for setting in ("1", "0"):
-            env = {**os.environ, "TORCHNEURON_DEVICE_ASSERTS": setting,
+            env = {**os.environ, "TORCHNEURON_DEVICE_ASSERTS": setting, "TORCHNEURON_EAGER": "strict",
                    "PYTHONPATH": os.pathsep.join([here, os.path.dirname(here)])}
             out = subprocess.run([sys.executable, __file__, "--child"], env=env, capture_output=True, text=True,
                                  check=True)

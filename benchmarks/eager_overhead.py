@@ -6,15 +6,16 @@ Prints small (64-element) add, mul, sum and matmul, a 1024x1024 float32 matmul a
 of the small GPT (2 layers, width 32, 4 heads, sequence 16, batch 4, AdamW), with the ratio
 neuron / CPU for each. CPU and neuron are timed in alternating rounds, each reporting its fastest
 round (see timing.py: the machine's speed comes in phases).
-Neuron runs in the default eager mode (fused; `TORCHNEURON_EAGER=strict` for op-by-op, which
-benchmarks/fused_eager.py times beside it).
+Neuron runs in strict eager, each op as it is called: this is the cost of one op. In fused eager,
+the default, an op whose result nobody reads is never computed (benchmarks/fused_eager.py times
+fused eager on dependent ops and the training step, beside strict).
 """
 from __future__ import annotations
 
 import torch
 from timing import interleaved_seconds_per_call, sync_for
 
-import torchneuron  # noqa: F401
+import torchneuron
 from torchneuron.testing.models import GPT
 
 
@@ -61,14 +62,20 @@ def paired(name: str, cpu_case, neuron_case, repeat: int, rounds: int) -> tuple:
 
 
 def main() -> None:
+    with torchneuron.eager_mode("strict"):
+        rows = measure()
+    print(f"{'op':<24} {'cpu µs':>12} {'neuron µs':>12} {'neuron/cpu':>11}")
+    for name, c, n in rows:
+        print(f"{name:<24} {c:>12.1f} {n:>12.1f} {n / c:>10.2f}x")
+
+
+def measure() -> list:
     rows = []
     cpu, neuron = small_ops("cpu"), small_ops("neuron")
     rows += [paired(name, cpu[name], neuron[name], 1000, 15) for name in cpu]
     rows.append(paired("matmul 1024x1024 f32", big_matmul("cpu"), big_matmul("neuron"), 5, 6))
     rows.append(paired("GPT train step", gpt_step("cpu"), gpt_step("neuron"), 20, 6))
-    print(f"{'op':<24} {'cpu µs':>12} {'neuron µs':>12} {'neuron/cpu':>11}")
-    for name, c, n in rows:
-        print(f"{name:<24} {c:>12.1f} {n:>12.1f} {n / c:>10.2f}x")
+    return rows
 
 
 if __name__ == "__main__":
