@@ -47,7 +47,11 @@ _MIN_ENTRY_BYTES = 64 << 10
 # program compiles 2-3x faster (about 20-35 against 55-110 ms, measured on 40 small reductions
 # under load), and runs at the same speed at this optimisation level (softmax, matmul, attention,
 # reductions within the noise; a tiny add a few microseconds slower).
-_QUICK = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
+# They also compile their LLVM module whole: split for parallel codegen (the default), the parts
+# cost more than they save on two cores (the cold `generate`'s quick programs compiled in 3.25
+# against 4.21 s for fused eager's segments, 3.16 against 3.46 s for strict eager's single ops).
+_QUICK = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False,
+          "xla_cpu_parallel_codegen_split_count": 1}
 _QUICK_BYTES = 1 << 20
 _QUICK_PLATFORM = config.PLATFORM == "cpu"  # (measured there; accelerators' compilers differ)
 # Single ops' programs, and fused eager's segments; compiled and captured graphs run many ops many
