@@ -256,62 +256,72 @@ class ExecutableCache:
         self.by_kind = collections.Counter()  # kind -> entries
         self.evicted_calls = 0  # hot-path calls of functions since evicted entirely
         self._evicted_since_clear = 0
-        self.last_compile = 0.0  # time.monotonic() of the latest compile that was no promotion
+        self.compiling = 0  # compiles in progress on calling threads
+        self.last_compile = 0.0  # time.monotonic() when the latest of them ended
         self._typical: list[int] = []  # measured resident costs of the first compiles
         self._samples = 0
         self._lock = threading.RLock()
 
     def compile(self, function: Function, signature, args, full: bool = False):
+        """Compile (or load) `function`'s executable for `args` and hold it; returns it."""
         with self._lock:
-            if not full:  # (a promotion is no miss: the quick executable served every call so far)
-                self.stats["misses"] += 1
+            self.compiling += 1
+            try:
+                return self._compile(function, signature, args, full)
+            finally:
+                self.compiling -= 1
                 self.last_compile = time.monotonic()
-            before, started = _resident(), time.perf_counter()
-            quick = not full and _QUICK_PLATFORM and function.kind in _QUICK_KINDS \
-                and _argument_bytes(args) <= _QUICK_BYTES
-            options = _QUICK if quick else None
-            key = compilation_cache.stored_key(function.identity, args, options, function.device) \
-                if function.identity else None
-            background = quick and function.kind in _BACKGROUND_KINDS
-            full_key = compilation_cache.stored_key(function.identity, args, None, function.device) \
-                if background and function.identity else None
-            loaded, ahead = prefetch.load(full_key, args, function.device) if full_key is not None else (None, False)
-            if loaded is not None:  # promoted in an earlier process: its full executable
-                quick = background = False
-            elif key is not None:
-                loaded, ahead = prefetch.load(key, args, function.device)
-            from_disk = loaded is not None
-            self.stats["untraced_loads"] += from_disk
-            lowered = None
-            if loaded is None:
-                with assert_messages.collected() as messages:
-                    compiled, from_disk, lowered = compilation_cache.compile(function.jitted, args, options,
-                                                                             named=key is not None)
-                compiling = time.perf_counter() - started
-                # (a retrace JAX serves from its own cache collects nothing: the function keeps the union)
-                function.messages |= messages
-                if key is not None and not from_disk:  # (XLA:CPU: one loaded from disk serialises without its code)
-                    compilation_cache.store(key, compiled, compiling, assert_messages.messages_of(function.messages))
-                    prefetch.noted(key, compilation_cache.target_of(args, function.device))
-            else:
-                compiled, compiling, messages = loaded
-                assert_messages.register(messages)
-                function.messages |= set(messages)
-            compiled = _direct_call(compiled)
-            seconds = time.perf_counter() - started
-            self.stats["compile_seconds"] += seconds
-            self.stats["disk_hits" if from_disk else "compiles"] += 1
-            if quick:  # (weighed by what a compile costs: a promotion found on disk is cheaper still)
-                compiled = _Tiered(compiled, (function, signature), max(seconds, compiling),
-                                   (lowered, full_key, key) if background else None)
-            # (one the prefetch worker loaded grew memory on its thread: the typical cost, unsampled)
-            size = self._entry_bytes(None if ahead else _resident() - before)
-            function.signatures[signature] = compiled
-            self.entries[(function, signature)] = size
-            self.bytes += size
-            self.by_kind[function.kind] += 1
-            self._evict(keep=(function, signature))
-            return compiled
+
+    def _compile(self, function: Function, signature, args, full: bool):
+        """(Under the lock) the body of compile()."""
+        if not full:  # (a promotion is no miss: the quick executable served every call so far)
+            self.stats["misses"] += 1
+        before, started = _resident(), time.perf_counter()
+        quick = not full and _QUICK_PLATFORM and function.kind in _QUICK_KINDS \
+            and _argument_bytes(args) <= _QUICK_BYTES
+        options = _QUICK if quick else None
+        key = compilation_cache.stored_key(function.identity, args, options, function.device) \
+            if function.identity else None
+        background = quick and function.kind in _BACKGROUND_KINDS
+        full_key = compilation_cache.stored_key(function.identity, args, None, function.device) \
+            if background and function.identity else None
+        loaded, ahead = prefetch.load(full_key, args, function.device) if full_key is not None else (None, False)
+        if loaded is not None:  # promoted in an earlier process: its full executable
+            quick = background = False
+        elif key is not None:
+            loaded, ahead = prefetch.load(key, args, function.device)
+        from_disk = loaded is not None
+        self.stats["untraced_loads"] += from_disk
+        lowered = None
+        if loaded is None:
+            with assert_messages.collected() as messages:
+                compiled, from_disk, lowered = compilation_cache.compile(function.jitted, args, options,
+                                                                         named=key is not None)
+            compiling = time.perf_counter() - started
+            # (a retrace JAX serves from its own cache collects nothing: the function keeps the union)
+            function.messages |= messages
+            if key is not None and not from_disk:  # (XLA:CPU: one loaded from disk serialises without its code)
+                compilation_cache.store(key, compiled, compiling, assert_messages.messages_of(function.messages))
+                prefetch.noted(key, compilation_cache.target_of(args, function.device))
+        else:
+            compiled, compiling, messages = loaded
+            assert_messages.register(messages)
+            function.messages |= set(messages)
+        compiled = _direct_call(compiled)
+        seconds = time.perf_counter() - started
+        self.stats["compile_seconds"] += seconds
+        self.stats["disk_hits" if from_disk else "compiles"] += 1
+        if quick:  # (weighed by what a compile costs: a promotion found on disk is cheaper still)
+            compiled = _Tiered(compiled, (function, signature), max(seconds, compiling),
+                               (lowered, full_key, key) if background else None)
+        # (one the prefetch worker loaded grew memory on its thread: the typical cost, unsampled)
+        size = self._entry_bytes(None if ahead else _resident() - before)
+        function.signatures[signature] = compiled
+        self.entries[(function, signature)] = size
+        self.bytes += size
+        self.by_kind[function.kind] += 1
+        self._evict(keep=(function, signature))
+        return compiled
 
     def promote(self, tiered: _Tiered, args):
         """Recompile a quick executable at full optimisation for `args` (its signature), in its place;
@@ -364,12 +374,13 @@ class ExecutableCache:
             self.stats["compile_seconds"] += seconds
 
     def _quiet(self) -> bool:
-        """(On the worker) wait until nothing has compiled for `_QUIET_SECONDS`; False: the process ends."""
+        """(On the worker) wait until no calling thread has compiled for `_QUIET_SECONDS`; False: the
+        process ends."""
         while not stopping():
             idle = time.monotonic() - self.last_compile
-            if idle >= _QUIET_SECONDS:
+            if not self.compiling and idle >= _QUIET_SECONDS:
                 return True
-            time.sleep(_QUIET_SECONDS - idle)
+            time.sleep(max(_QUIET_SECONDS - idle, 0.05))
         return False
 
     def settle(self, tiered: _Tiered) -> None:
