@@ -362,6 +362,7 @@ def test_recompiles_log_names_the_op_and_the_changed_sizes():
 def test_the_store_writes_whole_entries_and_prunes_the_oldest(tmp_path, monkeypatch):
     from torchneuron.runtime import compilation_cache
     monkeypatch.setattr(compilation_cache, "DISK_LIMIT", 4000)
+    (tmp_path / compilation_cache.PRUNED_MARKER).touch()  # (pruned just now: no prune on the first write)
     store = compilation_cache.DirectoryStore(str(tmp_path))
     for i in range(5):
         store.put(f"entry-{i}", bytes([i]) * 1000)
@@ -369,7 +370,39 @@ def test_the_store_writes_whole_entries_and_prunes_the_oldest(tmp_path, monkeypa
     assert store.get("entry-3") == bytes([3]) * 1000 and store.get("absent") is None
     assert not list(tmp_path.glob(".partial-*"))  # every write renamed into place
     store.prune()  # 5000 bytes over a bound of 4000: down to 3000, oldest first
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["entry-2", "entry-3", "entry-4"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [compilation_cache.PRUNED_MARKER, "entry-2", "entry-3",
+                                                          "entry-4"]
+
+
+def test_a_process_prunes_on_its_first_write_at_most_once_in_a_while(tmp_path, monkeypatch):
+    # opening the store scans nothing (every `import torch` opens it); the first write prunes on the
+    # worker thread unless some process pruned in the last PRUNE_EVERY seconds
+    from torchneuron.runtime import compilation_cache
+    monkeypatch.setattr(compilation_cache, "DISK_LIMIT", 4000)
+    marker = tmp_path / compilation_cache.PRUNED_MARKER
+
+    def fill():  # 5000 bytes, over the bound, the oldest first
+        for i in range(5):
+            (tmp_path / f"old-{i}").write_bytes(bytes([i]) * 1000)
+            os.utime(tmp_path / f"old-{i}", (i + 1, i + 1))
+
+    def names():
+        return sorted(p.name for p in tmp_path.iterdir() if p.name != compilation_cache.PRUNED_MARKER)
+
+    fill()
+    store = compilation_cache.DirectoryStore(str(tmp_path))
+    assert names() == [f"old-{i}" for i in range(5)] and not marker.exists()
+    store.put("new-0", b"x" * 10)
+    compilation_cache._PRUNER.wait()
+    assert names() == ["new-0", "old-3", "old-4"] and marker.exists()  # down to 2010 bytes, oldest first
+    fill()
+    compilation_cache.DirectoryStore(str(tmp_path)).put("new-1", b"x" * 10)  # another process, just after
+    compilation_cache._PRUNER.wait()
+    assert names() == ["new-0", "new-1", *[f"old-{i}" for i in range(5)]]
+    os.utime(marker, (1, 1))  # the last prune long ago
+    compilation_cache.DirectoryStore(str(tmp_path)).put("new-2", b"x" * 10)
+    compilation_cache._PRUNER.wait()
+    assert names() == ["new-0", "new-1", "new-2", "old-3", "old-4"]
 
 
 def test_one_function_serves_both_cores():

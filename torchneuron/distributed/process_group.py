@@ -82,12 +82,25 @@ ANY = -1  # a signature field that need not match
 def _in_order(collective):
     """A collective that runs after the group's issued (in-flight) collectives. Never traced: a
     compiled DDP module calls the group from C++ (bucket rebuilds) while Dynamo is tracing, and the
-    group's state is opaque to Dynamo."""
+    group's state is opaque to Dynamo (`_never_traced` disables Dynamo on it)."""
     @functools.wraps(collective)
     def run(self, *args, **kwargs):
         self.in_flight.drain()
         return collective(self, *args, **kwargs)
-    return torch.compiler.disable(run, recursive=True)
+    run.in_order = True
+    return run
+
+
+def _never_traced(cls) -> None:
+    """torch.compiler.disable on each `_in_order` collective of `cls`, once, when its first group is
+    made: the decorator imports Dynamo (1-2 s), and `import torch` loads torchneuron, so applied at
+    import it would slow every program; no collective runs before a group exists."""
+    if "_dynamo_disabled" in vars(cls):
+        return
+    for name, method in list(vars(cls).items()):
+        if getattr(method, "in_order", False):
+            setattr(cls, name, torch.compiler.disable(method, recursive=True))
+    cls._dynamo_disabled = True
 
 
 def _done(result) -> dist.Work:
@@ -101,6 +114,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     def __init__(self, store: dist.Store, rank: int, size: int, timeout):
         super().__init__(rank, size)
+        _never_traced(NeuronProcessGroup)
         self.transport = GlooTransport(store, rank, size, timeout)
         self._name = self._desc = ""
         self.check_metadata = True

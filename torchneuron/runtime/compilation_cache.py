@@ -6,8 +6,10 @@ writes it through our store, `DirectoryStore`: each entry is written to a tempor
 into place, so concurrent processes (torchrun ranks, the sweep's workers) never read a half-written
 entry and never wait on a lock. (JAX's own store with a size bound takes a lock and rescans the
 whole directory on every write: quadratic, minutes over a test suite.) The disk bound is kept by
-pruning the oldest entries when a process opens the cache and each time it has written a tenth of
-the bound. A directory that cannot be written, or a write that fails later (a full disk), warns once
+pruning the oldest entries when a process first writes to the cache (on a worker thread, and at most
+once in `PRUNE_EVERY` seconds across processes: a scan of a full cache's hundred thousand entries
+takes seconds, and `import torch` loads torchneuron) and each time it has written a tenth of the
+bound. A directory that cannot be written, or a write that fails later (a full disk), warns once
 and leaves the process compiling without it; results never depend on the cache.
 """
 from __future__ import annotations
@@ -19,6 +21,7 @@ import pathlib
 import pickle
 import tempfile
 import threading
+import time
 import warnings
 
 import jax
@@ -30,9 +33,16 @@ from jax._src.compilation_cache_interface import CacheInterface
 from jax.experimental.serialize_executable import deserialize_and_load, serialize
 
 from .. import config
+from .background import BackgroundQueue
 
 # Disk the cache may fill; past it the least recently used entries go (DirectoryStore.prune).
 DISK_LIMIT = 4 << 30
+# A process's first write prunes the directory unless some process did in this many seconds (the
+# mtime of the directory's PRUNED_MARKER says when): the bound may be overshot by what all processes
+# write in that time, and no process start pays a scan.
+PRUNE_EVERY = 600
+PRUNED_MARKER = ".pruned"
+_PRUNER = BackgroundQueue("torchneuron-cache-prune")
 _disk_hits = threading.local()  # .count: JAX's persistent-cache hits on this thread
 _lock = threading.Lock()
 _directory: str | None = None
@@ -66,7 +76,7 @@ class DirectoryStore(CacheInterface):
     def __init__(self, path: str):
         self._path = pathlib.Path(path)
         self._written = 0
-        self.prune()
+        self._first_write = True
 
     def get(self, key: str) -> bytes | None:
         path = self._path / key
@@ -90,14 +100,31 @@ class DirectoryStore(CacheInterface):
                 raise
         os.replace(f.name, target)
         self._written += len(value)
+        if self._first_write:
+            self._first_write = False
+            self._prune_unless_recent()
         if self._written > DISK_LIMIT // 10:
             self._written = 0
             self.prune()
 
+    def _prune_unless_recent(self) -> None:
+        """Prune on the worker thread, unless a process did in the last PRUNE_EVERY seconds."""
+        marker = self._path / PRUNED_MARKER
+        with contextlib.suppress(OSError):
+            if time.time() - marker.stat().st_mtime < PRUNE_EVERY:
+                return
+        with contextlib.suppress(OSError):
+            marker.touch()
+        _PRUNER.submit(self.prune)
+
     def prune(self) -> None:
         """Oldest entries out until the directory holds at most three quarters of the bound."""
         try:
-            entries = [(e.stat().st_mtime, e.stat().st_size, e.path) for e in os.scandir(self._path) if e.is_file()]
+            entries = []
+            for e in os.scandir(self._path):
+                if e.name != PRUNED_MARKER and e.is_file():
+                    stat = e.stat()
+                    entries.append((stat.st_mtime, stat.st_size, e.path))
         except OSError:
             return
         total = sum(size for _, size, _ in entries)
