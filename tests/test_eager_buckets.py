@@ -248,6 +248,31 @@ def test_a_size_that_keeps_coming_back_gets_its_exact_plan():
     assert sum(padded[:100]) == 100 and sum(padded[-20:]) == 0
 
 
+def test_a_loop_over_a_few_fixed_sizes_leaves_the_padded_programs():
+    """A training step's layers of several widths make one family whose sizes go down as well as
+    up: once they went down OSCILLATES_AFTER times its calls run at exact sizes (no padding, no
+    segment cuts), long before EXACT_AFTER. A growing size that starts again (a second `generate`)
+    stays bucketed."""
+    widths = (21, 37, 29, 45)  # 21 and 37 teach the stream (exact plans); 29 and 45 fit it
+    xs = {w: torch.randn(3, w, dtype=torch.float64) for w in widths}  # (a signature no other test runs)
+    on_device = {w: x.to("neuron") for w, x in xs.items()}
+    padded = []
+    for _ in range(8):
+        calls = buckets.STATS["calls"]
+        for w in widths:
+            torch.testing.assert_close(on_device[w].sum(-1).cpu(), xs[w].sum(-1))
+        padded.append(buckets.STATS["calls"] - calls)
+    assert padded[0] == 2 and sum(padded[-4:]) == 0, padded
+    assert "go down as well as up" in buckets.why_not()
+
+    x = _long(4, 40, axis=1).to(torch.float16)  # (another unique signature)
+    for start in (5, 5):  # grows, starts again, grows: one drop
+        calls = buckets.STATS["calls"]
+        for n in range(start, 30):
+            torch.testing.assert_close(x[:, :n].contiguous().to("neuron").sum(-1).cpu(), x[:, :n].sum(-1))
+        assert buckets.STATS["calls"] - calls >= 20
+
+
 def test_a_fused_decode_loop_records_bucketed_calls_and_reuses_its_segments():
     """Fused eager records bucketed calls like any plan (a growing size is a traced argument), so a
     decode step's segment repeats within a bucket: a few segment programs for 45 lengths, not one

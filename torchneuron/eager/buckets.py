@@ -8,7 +8,9 @@ calls differ only by one growing size runs padded to that size's bucket (`paddin
   static arguments) form a family. Two calls tell which dimensions vary: they must vary together by
   the same amount, at most one per tensor (one size n, each such dimension n + c). From the third
   call that fits, calls run at n's bucket B, each varying dimension at B + c. Calls that do not fit
-  run at exact sizes.
+  run at exact sizes, and so do those of a stream whose size keeps going down as well as up (a
+  training step's layers of several widths, `_Stream.oscillates`): a growing cache only starts
+  again, once per `generate`.
 - **Buffers with room.** A tensor with a varying dimension must be contiguous at offset 0. The
   program reads it through its true sizes, traced (the strides of a (1, heads, n, d) cache depend
   on n), zero at padded positions, and writes each result laid out at its true sizes into a buffer
@@ -68,15 +70,26 @@ class _Stream:
     """One way a family's sizes vary: which of them grow together (mask), from which sizes (base),
     and the sizes of its latest call."""
 
-    __slots__ = ("base", "last", "mask", "ref")
+    __slots__ = ("base", "calls", "drops", "last", "mask", "ref")
 
     def __init__(self, sizes):
         self.base = self.last = sizes
         self.mask = None
         self.ref = -1
+        self.calls = self.drops = 0  # calls that fit it, and those smaller than the call before
+
+    def oscillates(self) -> bool:
+        """Whether its sizes keep going down as well as up: a loop over a few fixed sizes (a
+        training step's layers of several widths), not a growing axis. A decode loop's cache grows
+        for a whole `generate` and starts again once per call."""
+        return self.drops >= OSCILLATES_AFTER and self.drops * DROP_RATE >= self.calls
 
 
 STREAMS = 8  # ways one family's sizes vary at once (a cache's keys and values, layers of two widths)
+# A stream whose size went down OSCILLATES_AFTER times, at least once in DROP_RATE calls, is a loop of
+# fixed sizes: its calls run at exact sizes (their own plans, no padding, no segment cuts).
+OSCILLATES_AFTER = 4
+DROP_RATE = 8
 
 
 def _structure(desc: CallDescription):
@@ -136,6 +149,8 @@ def _stream_for(streams: list, sizes, owners, may_vary) -> _Stream | None:
     counts) never make one."""
     for stream in streams:
         if stream.mask is not None and _fits(stream, sizes):
+            stream.calls += 1
+            stream.drops += sizes[stream.ref] < stream.last[stream.ref]
             stream.last = sizes
             return stream
     nearest = min(streams, key=lambda st: _changes(st.last, sizes))
@@ -193,6 +208,8 @@ def run(schema: OpSchema, args, kwargs, desc: CallDescription):
     padded = None if stream is None else _padded_sizes(stream, sizes)
     if stream is None:
         return _refuse("its sizes did not grow together by one amount since a call of its kind")
+    if stream.oscillates():
+        return _refuse("its sizes go down as well as up (a loop over a few fixed sizes, not a growing one)")
     if padded is None:
         return _refuse("a growing size below 2")
     if schema.op is aten.cat.default:
