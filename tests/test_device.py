@@ -1,4 +1,10 @@
 """The device itself: native tensors, several NeuronCores, the device module, streams, generators."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
 import pytest
 import torch
 
@@ -115,6 +121,30 @@ def test_synchronize_after_results_died_or_were_donated():
     kept.add_(1)  # donates the buffer the last multiplication returned
     torch.neuron.synchronize()
     torch.testing.assert_close(kept.cpu(), a.cpu() * b.cpu() + 1)
+
+
+@pytest.mark.parametrize("asynchronous", ["0", "1"])
+def test_synchronize_leaves_every_live_buffer_computed(asynchronous):
+    # inline XLA:CPU (TORCHNEURON_ASYNC_DISPATCH=0) has finished a call's work when it returns, so synchronize has
+    # nothing to wait for; with asynchronous dispatch it waits for every live buffer
+    code = """
+        import json, torch, torchneuron
+        from torchneuron.runtime import devices, storages
+        x = torch.randn(1024, 1024).to("neuron")
+        ys = [x @ x for _ in range(8)]  # queued (asynchronous): about a second of work
+        with torchneuron.eager_mode("fused"):
+            z = (ys[0] * 2).sum()  # pending until synchronize runs it
+        torch.neuron.synchronize()
+        print(json.dumps({"asynchronous": devices.ASYNCHRONOUS,
+                          "ready": all(b.is_ready() for b in storages.live_buffers()),
+                          "value": z.item(), "expected": (ys[0].cpu() * 2).sum().item()}))
+    """
+    run = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], check=False, capture_output=True, text=True,
+                         timeout=600, env={**os.environ, "TORCHNEURON_ASYNC_DISPATCH": asynchronous})
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["asynchronous"] is (asynchronous == "1") and result["ready"]
+    assert result["value"] == pytest.approx(result["expected"], rel=1e-5)
 
 
 def test_item_and_scalar_conversion():

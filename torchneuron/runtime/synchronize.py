@@ -15,14 +15,15 @@ def synchronize(device: int | None = None, raise_asserts: bool = True) -> None:
     """Block until every buffer of `device` (all devices if None) is computed, then raise the first
     device-side assert failure since the last synchronisation."""
     storages.drain()
-    buffers = storages.live_buffers()
-    if device is not None:
-        wanted = devices.jax_device(device)
-        buffers = [buf for buf in buffers if wanted in buf.devices()]
-    # One call waits for them all (a Python loop over a model's and its optimizer's thousands of
-    # buffers took 0.5 µs a buffer, ~3x as long). Results whose tensors already died come last; a
-    # later in-place op may have donated some of them.
-    jax.block_until_ready([*buffers, *storages.recent_outputs()])
+    buffers = storages.live_buffers()  # (fused eager's pending work runs here)
+    if devices.ASYNCHRONOUS:  # (inline XLA:CPU finished every call's work before the call returned)
+        if device is not None:
+            wanted = devices.jax_device(device)
+            buffers = [buf for buf in buffers if wanted in buf.devices()]
+        # One call waits for them all (a Python loop over a model's and its optimizer's thousands of
+        # buffers took 0.5 µs a buffer, ~3x as long). Results whose tensors already died come last; a
+        # later in-place op may have donated some of them.
+        jax.block_until_ready([*buffers, *storages.recent_outputs()])
     if raise_asserts:
         device_asserts.raise_failures()
 
