@@ -62,6 +62,41 @@ def test_a_segment_runs_once_as_one_program():
     torch.testing.assert_close(value, expected)
 
 
+@pytest.mark.parametrize("mode", ["fused", "strict"])
+def test_fresh_storages_get_their_zeros_inside_the_segment(mode):
+    # torch.ones, zeros and empty().fill_() write a storage never written: fused eager records
+    # its zeros as a node of the segment, strict eager makes them with a program call of their own
+    import numpy as np
+
+    from torchneuron.runtime import storages
+    maker = storages._zeros_maker(37, np.dtype("float32"), 0)
+    x = torch.arange(37.0).to("neuron")
+
+    def step():
+        y = torch.ones(37, device="neuron") * x + torch.full((37,), 2.0, device="neuron")
+        z = torch.zeros(37, device="neuron")
+        z[5:9] = x[1:5]  # a partial write: the zeros around it are read
+        w = torch.empty(37, device="neuron").fill_(-1.5)
+        return y, z, w
+
+    with torchneuron.eager_mode(mode):
+        [t.cpu() for t in step()]  # (plans are built on concrete buffers)
+        before, segments = maker.calls, torchneuron.eager_stats()["segments"]
+        for _ in range(3):
+            y, z, w = step()
+        values = [t.cpu() for t in (y, z, w)]
+        ran = torchneuron.eager_stats()["segments"] - segments
+    expected_z = torch.zeros(37)
+    expected_z[5:9] = torch.arange(1.0, 5.0)
+    torch.testing.assert_close(values[0], torch.arange(37.0) + 2)
+    torch.testing.assert_close(values[1], expected_z)
+    torch.testing.assert_close(values[2], torch.full((37,), -1.5))
+    if mode == "fused":
+        assert maker.calls == before and ran == 1
+    else:
+        assert maker.calls >= before + 3 * 3  # (ones, zeros and empty().fill_; full has a lowering of its own)
+
+
 # Each thing that needs a value flushes, with its reason.
 TRIGGERS = {
     "item": (lambda t: t.sum().item(), "value needed"),

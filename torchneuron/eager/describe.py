@@ -244,12 +244,14 @@ def _describe_one(desc, kind, value, op) -> None:
         desc.key.append(value if not isinstance(value, list) else tuple(value))
 
 
-def buffers_of(desc: CallDescription) -> list:
-    """The call's buffers, one per storage, with storages never written materialised as zeros."""
+def buffers_of(desc: CallDescription, run: bool = False) -> list:
+    """The call's buffers, one per storage, with storages never written materialised as zeros
+    (`run`: for the call about to run, where fused eager records the zeros in its segment)."""
     buffers = desc.buffers
     if desc.missing:
+        materialise = storages.buffer_for_call if run else storages.buffer_of
         firsts = [i for i, h in enumerate(desc.handles) if not h or desc.sharing[h] == i]
         for k, i in enumerate(firsts):
             if buffers[k] is None:
-                buffers[k] = storages.buffer_of(desc.tensors[i])
+                buffers[k] = materialise(desc.tensors[i])
     return buffers

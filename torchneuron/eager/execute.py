@@ -105,7 +105,8 @@ class PlanExecution:
         return (*outputs, asserts.updated_failure(failure, checks)) if self.checked else outputs
 
     def __call__(self, args, kwargs, desc: CallDescription):
-        buffers = buffers_of(desc) if desc.missing else desc.buffers
+        # (a call outside jit reads its buffers' values: fused eager's zeros would wait for a flush)
+        buffers = buffers_of(desc, run=self.function is not None) if desc.missing else desc.buffers
         rng = _next_rng(self.device, args, kwargs, self.schema) if self.random else None
         if self.function is None:
             return self._call_outside_jit(args, kwargs, desc, buffers, rng)
@@ -146,7 +147,7 @@ class PlanExecution:
         return self._results(args, kwargs, outputs[n_written:])
 
     def _execute_simple(self, args, kwargs, desc: CallDescription):
-        flat = buffers_of(desc) if desc.missing else desc.buffers
+        flat = buffers_of(desc, run=True) if desc.missing else desc.buffers
         if desc.scalars:
             flat = [*flat, *[_lookup_scalar_type(type(v), np.asarray)(v) for v in desc.scalars]]
         return self.run_buffers(flat)

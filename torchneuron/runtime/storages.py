@@ -101,6 +101,21 @@ def buffer_of(t: torch.Tensor) -> jax.Array:
     return buf
 
 
+def buffer_for_call(t: torch.Tensor):
+    """`buffer_of` for an eager call about to read or write `t`: in fused eager (outside a graph
+    capture) a storage never written gets its zeros as a node of the current segment, not from a
+    program call of its own (`torch.empty(...).fill_()`, `ones`, `ones_like`, `zeros`: a launch each,
+    before the segment's one)."""
+    handle = t.untyped_storage().data_ptr()
+    if handle and handle not in _buffers and deferred._mode["fused"] and not deferred.capturing():
+        dtype = to_jax(t.dtype)
+        index = t.device.index
+        maker = _zeros_maker(t.untyped_storage().nbytes() // np.dtype(dtype).itemsize, np.dtype(dtype), index)
+        _buffers[handle] = buf = deferred.record(maker, [], index)[0]
+        return buf
+    return buffer_of(t)
+
+
 def new_tensor(prototype: torch.Tensor, shape, stride, buf: jax.Array) -> torch.Tensor:
     """A fresh tensor of `prototype`'s dtype and device (an empty tensor: cheap to copy from)
     whose storage holds `buf`, laid out densely as (shape, stride)."""
