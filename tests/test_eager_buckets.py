@@ -272,6 +272,15 @@ def test_a_loop_over_a_few_fixed_sizes_leaves_the_padded_programs():
             torch.testing.assert_close(x[:, :n].contiguous().to("neuron").sum(-1).cpu(), x[:, :n].sum(-1))
         assert buckets.STATS["calls"] - calls >= 20
 
+    # batches padded to many lengths, in any order (a data loader's): up and down, but not among a
+    # few sizes, so they stay bucketed
+    x = _long(3, 64, axis=1).to(torch.bfloat16)  # (another unique signature)
+    lengths = [int(n) for n in torch.randint(6, 60, (40,), generator=torch.Generator().manual_seed(3))]
+    calls = buckets.STATS["calls"]
+    for n in lengths:
+        torch.testing.assert_close(x[:, :n].contiguous().to("neuron").sum(-1).cpu(), x[:, :n].sum(-1))
+    assert buckets.STATS["calls"] - calls >= 30
+
 
 def test_a_fused_decode_loop_records_bucketed_calls_and_reuses_its_segments():
     """Fused eager records bucketed calls like any plan (a growing size is a traced argument), so a

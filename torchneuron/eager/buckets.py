@@ -8,9 +8,9 @@ calls differ only by one growing size runs padded to that size's bucket (`paddin
   static arguments) form a family. Two calls tell which dimensions vary: they must vary together by
   the same amount, at most one per tensor (one size n, each such dimension n + c). From the third
   call that fits, calls run at n's bucket B, each varying dimension at B + c. Calls that do not fit
-  run at exact sizes, and so do those of a stream whose size keeps going down as well as up (a
-  training step's layers of several widths, `_Stream.oscillates`): a growing cache only starts
-  again, once per `generate`.
+  run at exact sizes, and so do those of a stream whose size keeps going down as well as up among
+  a few sizes (a training step's layers of several widths, `_Stream.oscillates`): a growing cache
+  only starts again, once per `generate`, and batches of many lengths stay bucketed.
 - **Buffers with room.** A tensor with a varying dimension must be contiguous at offset 0. The
   program reads it through its true sizes, traced (the strides of a (1, heads, n, d) cache depend
   on n), zero at padded positions, and writes each result laid out at its true sizes into a buffer
@@ -70,26 +70,31 @@ class _Stream:
     """One way a family's sizes vary: which of them grow together (mask), from which sizes (base),
     and the sizes of its latest call."""
 
-    __slots__ = ("base", "calls", "drops", "last", "mask", "ref")
+    __slots__ = ("base", "calls", "drops", "last", "mask", "ref", "sizes")
 
     def __init__(self, sizes):
         self.base = self.last = sizes
         self.mask = None
         self.ref = -1
         self.calls = self.drops = 0  # calls that fit it, and those smaller than the call before
+        self.sizes: set = set()  # its growing size's values, up to FEW_SIZES + 1 of them
 
     def oscillates(self) -> bool:
-        """Whether its sizes keep going down as well as up: a loop over a few fixed sizes (a
+        """Whether it keeps going down as well as up among a few sizes: a loop over fixed sizes (a
         training step's layers of several widths), not a growing axis. A decode loop's cache grows
-        for a whole `generate` and starts again once per call."""
-        return self.drops >= OSCILLATES_AFTER and self.drops * DROP_RATE >= self.calls
+        for a whole `generate` and starts again once per call; a loop over batches of many lengths
+        (padded per batch) meets more than a few sizes: both stay bucketed."""
+        return len(self.sizes) <= FEW_SIZES and self.drops >= OSCILLATES_AFTER and \
+            self.drops * DROP_RATE >= self.calls
 
 
 STREAMS = 8  # ways one family's sizes vary at once (a cache's keys and values, layers of two widths)
-# A stream whose size went down OSCILLATES_AFTER times, at least once in DROP_RATE calls, is a loop of
-# fixed sizes: its calls run at exact sizes (their own plans, no padding, no segment cuts).
+# A stream that met at most FEW_SIZES sizes and went down OSCILLATES_AFTER times, at least once in
+# DROP_RATE calls, is a loop over fixed sizes: its calls run at exact sizes (their own plans, no
+# padding, no segment cuts).
 OSCILLATES_AFTER = 4
 DROP_RATE = 8
+FEW_SIZES = 4
 
 
 def _structure(desc: CallDescription):
@@ -149,8 +154,11 @@ def _stream_for(streams: list, sizes, owners, may_vary) -> _Stream | None:
     counts) never make one."""
     for stream in streams:
         if stream.mask is not None and _fits(stream, sizes):
+            size = sizes[stream.ref]
             stream.calls += 1
-            stream.drops += sizes[stream.ref] < stream.last[stream.ref]
+            stream.drops += size < stream.last[stream.ref]
+            if len(stream.sizes) <= FEW_SIZES:
+                stream.sizes.add(size)
             stream.last = sizes
             return stream
     nearest = min(streams, key=lambda st: _changes(st.last, sizes))
