@@ -177,7 +177,7 @@ def _run_described(schema: OpSchema, plans: dict, args, kwargs, resized: bool = 
             return result
         with _lock:
             try:
-                plan = Plan(schema, args, kwargs, desc, buffers_of(desc))
+                plan = Plan(schema, args, kwargs, desc, buffers_of(desc, run=True))
             except UnsupportedDtypeError as e:
                 raise UnsupportedDtypeError(e.dtype, str(schema.op)) from None
         if plan.resize:

@@ -102,10 +102,11 @@ def buffer_of(t: torch.Tensor) -> jax.Array:
 
 
 def buffer_for_call(t: torch.Tensor):
-    """`buffer_of` for an eager call about to read or write `t`: in fused eager (outside a graph
-    capture) a storage never written gets its zeros as a node of the current segment, not from a
-    program call of its own (`torch.empty(...).fill_()`, `ones`, `ones_like`, `zeros`: a launch each,
-    before the segment's one)."""
+    """`buffer_of` for an eager call about to read or write `t` (or to build its plan, which reads
+    the buffer's length and dtype): in fused eager (outside a graph capture) a storage never written
+    gets its zeros as a node of the current segment, not from a program call of its own
+    (`torch.empty(...).fill_()`, `ones`, `ones_like`, `zeros`: a launch each, before the segment's
+    one). The first call of a plan records the same segment as the later ones."""
     handle = t.untyped_storage().data_ptr()
     if handle and handle not in _buffers and deferred._mode["fused"] and not deferred.capturing():
         dtype = to_jax(t.dtype)
