@@ -135,16 +135,57 @@ def test_synchronize_leaves_every_live_buffer_computed(asynchronous):
         with torchneuron.eager_mode("fused"):
             z = (ys[0] * 2).sum()  # pending until synchronize runs it
         torch.neuron.synchronize()
-        print(json.dumps({"asynchronous": devices.ASYNCHRONOUS,
-                          "ready": all(b.is_ready() for b in storages.live_buffers()),
-                          "value": z.item(), "expected": (ys[0].cpu() * 2).sum().item()}))
+        ready = [all(b.is_ready() for b in storages.live_buffers())]
+        # after a synchronize, the work of every kind of write: in place through a view, a copy in,
+        # a graph replay, a fused segment
+        step = torchneuron.capture(lambda a: (a @ a).relu())
+        w = step(step(x))  # (a first call runs eagerly, the second records: later calls replay)
+        torch.neuron.synchronize()
+        def fused_write():
+            with torchneuron.eager_mode("fused"):
+                ys[4].add_(ys[5] @ ys[5])
+        writes = {"in place through a view": lambda: ys[1][::2].mul_(ys[6][::2] @ ys[7]),
+                  "a copy in": lambda: ys[2].copy_(torch.randn(1024, 1024)),
+                  "a graph replay": lambda: step(ys[3]), "a fused segment": fused_write}
+        for name, write in writes.items():
+            made = write()
+            w = made if name == "a graph replay" else w
+            torch.neuron.synchronize()
+            if not all(b.is_ready() for b in storages.live_buffers()):
+                ready.append(name)
+        ready.append(True)
+        print(json.dumps({"asynchronous": devices.ASYNCHRONOUS, "ready": ready,
+                          "value": z.item(), "expected": (ys[0].cpu() * 2).sum().item(),
+                          "graph": ((w.cpu() - (ref := (ys[3].cpu() @ ys[3].cpu()).relu())).abs().max() / ref.abs().max()).item()}))
     """
     run = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], check=False, capture_output=True, text=True,
                          timeout=600, env={**os.environ, "TORCHNEURON_ASYNC_DISPATCH": asynchronous})
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(run.stdout.strip().splitlines()[-1])
-    assert result["asynchronous"] is (asynchronous == "1") and result["ready"]
+    assert result["asynchronous"] is (asynchronous == "1") and result["ready"] == [True, True]
     assert result["value"] == pytest.approx(result["expected"], rel=1e-5)
+    assert result["graph"] < 1e-5  # (a sum of 1,024 products of ~30: relative to the largest)
+
+
+def test_synchronize_waits_only_for_what_was_written_since_the_last(monkeypatch):
+    from torchneuron.runtime import devices
+    from torchneuron.runtime import synchronize as sync_module
+    if not devices.ASYNCHRONOUS:
+        pytest.skip("inline dispatch: synchronize waits for nothing")
+    held = [torch.randn(8).to("neuron") + i for i in range(300)]  # a model's worth of live storages
+    torch.neuron.synchronize()
+    waited = []
+    real = sync_module.jax.block_until_ready
+    monkeypatch.setattr(sync_module.jax, "block_until_ready", lambda xs: waited.append(len(xs)) or real(xs))
+    torch.neuron.synchronize()
+    held[0].mul_(2)
+    y = held[1] * 3
+    torch.neuron.synchronize()
+    assert waited[1] - waited[0] <= 2 and waited[1] < 100  # two storages written; a few recent results
+    torch.testing.assert_close(y.cpu(), held[1].cpu() * 3)
+    del held[2:]
+    torch.neuron.synchronize()  # (freed storages leave nothing to wait for)
+    assert waited[2] <= waited[0]
 
 
 def test_item_and_scalar_conversion():

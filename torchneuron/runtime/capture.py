@@ -98,10 +98,10 @@ class Graph:
             handles = list(handles)
             for i, handle in fresh.items():
                 handles[i] = handle
-        table.update(zip(handles, results))
+        storages.bind_all(zip(handles, results))
         at = len(handles)
         for a in self._written_args:
-            table[arg_handles[a]] = results[at]
+            storages.bind(arg_handles[a], results[at])
             at += 1
         for device in self._written_words:
             device_asserts.update(device, results[at])
@@ -202,13 +202,12 @@ def _survivors(kept: list) -> list:
 
 
 def _bind_results(graph, results, arg_handles) -> None:
-    table = storages.table()
     by_position = {i: h for h, i in arg_handles.items()}
     for (kind, where), value in zip(graph.outputs, results):
         if kind == "storage":
-            table[where] = value
+            storages.bind(where, value)
         elif kind == "arg":
-            table[by_position[where]] = value
+            storages.bind(by_position[where], value)
         else:
             device_asserts.update(where, value)
 
@@ -219,7 +218,7 @@ def _restore(recording, segment, table) -> None:
     for handle, buf in list(table.items()):
         if type(buf) is deferred.Pending and buf.segment is segment:
             old = recording.previous.get(handle)
-            table[handle] = old if old is not None else storages.zeros(buf.shape[0], buf.dtype, segment.device)
+            storages.bind(handle, old if old is not None else storages.zeros(buf.shape[0], buf.dtype, segment.device))
     for index, word in device_asserts.words().items():
         if type(word) is deferred.Pending and word.segment is segment:
             device_asserts.set_word(index, recording.previous_words.get(index))

@@ -30,9 +30,15 @@ from .core import EVENT_FREE, EVENT_GROW, StorageEvent, lib, pending, urgent
 from .dtypes import to_jax
 
 _buffers: dict[int, jax.Array] = {}
-# Bound methods of the one table (never rebound): the per-op paths call them without a lookup.
+# A bound method of the one table (never rebound): the per-op paths call it without a lookup.
 lookup = _buffers.get
-bind = _buffers.__setitem__
+# Storages written since the last synchronize: the only buffers it must wait for (every other one
+# was ready at that synchronize, and a buffer never changes). Frees discard theirs. Handles, never
+# buffers: a pending value's liveness is its reference count (deferred.flush).
+_unsynced: set[int] = set()
+_note_unsynced = _unsynced.add
+# Storages bound to a pending value since the last flush: the only ones it must rebind.
+_unflushed: list[int] = []
 # The latest results, kept so that synchronize() also waits for work whose tensors already died.
 # Only where a call can return before its work is done: inline XLA:CPU has finished it, and there
 # buffers that die young also free faster (about half a microsecond per small op).
@@ -45,16 +51,35 @@ _EVENTS = (StorageEvent * 256)()
 _EVENT_ROWS = np.frombuffer(_EVENTS, dtype=np.uint64).reshape(len(_EVENTS), 6)
 
 
+def bind(handle: int, buf) -> None:
+    """Storage `handle`'s new buffer (an array, or a pending value of fused eager's segment)."""
+    _buffers[handle] = buf
+    _note_unsynced(handle)
+    if type(buf) is deferred.Pending:
+        _unflushed.append(handle)
+
+
+def bind_all(pairs) -> None:
+    """`bind` for (handle, array) pairs (a graph replay's results, a capture's restored storages)."""
+    pairs = list(pairs)
+    _buffers.update(pairs)
+    _unsynced.update(handle for handle, _ in pairs)
+
+
 def table() -> dict:
-    """handle -> buffer, for the runtime's own passes over every storage (deferred execution)."""
+    """handle -> buffer, for the runtime's own passes over every storage (graph capture); write
+    through bind and bind_all."""
     return _buffers
 
 
 def _take_computed() -> None:
     """After a fused segment ran: storages bound to its values hold the arrays themselves."""
-    for handle, buf in list(_buffers.items()):
+    # (a capture's pending values are not computed by flushes: capture.end or abort rebinds them)
+    for handle in _unflushed:
+        buf = _buffers.get(handle)
         if type(buf) is deferred.Pending and buf.value is not None:
             _buffers[handle] = buf.value
+    _unflushed.clear()
 
 
 def maybe_drain() -> None:
@@ -69,19 +94,19 @@ def drain() -> None:
     if not pending.value:
         return
     with _drain_lock:
-        pop = _buffers.pop
+        pop, discard = _buffers.pop, _unsynced.discard
         while n := lib.tn_take_events(_EVENTS, len(_EVENTS)):
             for kind, handle, new_handle, device, nbytes, new_nbytes in _EVENT_ROWS[:n].tolist():
                 if kind == EVENT_FREE:
                     pop(handle, None)
+                    discard(handle)
                 elif kind == EVENT_GROW:
                     old = _buffers.get(handle)
                     if type(old) is deferred.Pending:  # a storage grows from a value not computed yet
                         old = deferred.concrete(old, drain=False)
                     if old is not None:
                         itemsize = old.dtype.itemsize
-                        _buffers[new_handle] = fit(old[: nbytes // itemsize], old.dtype,
-                                                  new_nbytes // itemsize, device)
+                        bind(new_handle, fit(old[: nbytes // itemsize], old.dtype, new_nbytes // itemsize, device))
             lib.tn_release_taken()
 
 
@@ -96,7 +121,7 @@ def buffer_of(t: torch.Tensor) -> jax.Array:
         dtype = to_jax(t.dtype)
         buf = fit(None, dtype, t.untyped_storage().nbytes() // np.dtype(dtype).itemsize, t.device.index)
         if handle:
-            _buffers[handle] = buf
+            bind(handle, buf)
             deferred.note_storage_buffer(handle, buf)  # (a capture reads this storage afresh at replay)
     return buf
 
@@ -112,7 +137,8 @@ def buffer_for_call(t: torch.Tensor):
         dtype = to_jax(t.dtype)
         index = t.device.index
         maker = _zeros_maker(t.untyped_storage().nbytes() // np.dtype(dtype).itemsize, np.dtype(dtype), index)
-        _buffers[handle] = buf = deferred.record(maker, [], index)[0]
+        buf = deferred.record(maker, [], index)[0]
+        bind(handle, buf)
         return buf
     return buffer_of(t)
 
@@ -122,7 +148,7 @@ def new_tensor(prototype: torch.Tensor, shape, stride, buf: jax.Array) -> torch.
     whose storage holds `buf`, laid out densely as (shape, stride)."""
     t = prototype.new_empty_strided(shape, stride)
     if buf.shape[0]:  # a fresh tensor starts at offset 0: its data pointer is its storage's
-        _buffers[t.data_ptr()] = buf
+        bind(t.data_ptr(), buf)
     return t
 
 
@@ -138,9 +164,24 @@ def recent_outputs() -> list[jax.Array]:
 
 
 def live_buffers() -> list[jax.Array]:
-    """Every storage's buffer (synchronize waits for them), pending ones computed first."""
+    """Every storage's buffer, pending ones computed first."""
     deferred.flush("synchronize")
     return list(_buffers.values())
+
+
+def take_unsynced(device=None) -> list[jax.Array]:
+    """The buffers of storages written since the last call (synchronize waits for them), pending
+    ones computed first; with `device` (a jax device), only those on it (the rest stay unsynced)."""
+    deferred.flush("synchronize")
+    with _drain_lock:
+        handles = list(_unsynced)
+        buffers = [_buffers[h] for h in handles if h in _buffers]
+        if device is None:
+            _unsynced.difference_update(handles)  # (not clear(): another thread may have bound since)
+            return buffers
+        mine = [buf for buf in buffers if device in buf.devices()]
+        _unsynced.difference_update(h for h in handles if h in _buffers and device in _buffers[h].devices())
+        return mine
 
 
 def bitcast(array: jax.Array, dtype) -> jax.Array:
