@@ -344,3 +344,23 @@ def test_a_decode_step_whose_ids_enter_the_next_bucket_first_records_no_attentio
                  if any("scaled_dot_product" in function.name for function, _ in key[0])]
     bucket_count = len({padding.bucket(n) for n in lengths})
     assert len(attention) <= bucket_count + 2  # (+2: the steps before the sizes' stream is known)
+
+
+@pytest.mark.parametrize("shapes,dim", [
+    ([(1, 4, 7, 8), (1, 4, 1, 8)], 2), ([(1, 4, 7, 8), (1, 4, 1, 8)], -2), ([(3, 5), (3, 2), (3, 1)], 1),
+    ([(6,), (2,)], 0), ([(2, 3), (4, 3)], 0), ([(2, 3), (2, 4)], 0), ([(2, 3), (2, 3, 1)], 1),
+    ([(0,), (2, 3)], 0), ([(2, 3), (0,)], 1), ([(2, 3), (2, 3)], 2), ([(2, 3), (2, 3)], -3)])
+def test_cat_sizes_from_the_rule_agree_with_the_meta_kernel(shapes, dim):
+    # cat's size rule stands in for its (slow, Python) meta kernel in bucketed calls: same sizes
+    # wherever it answers; where it does not (None), the meta kernel decides
+    tensors = [torch.empty(s, device="meta") for s in shapes]
+    try:
+        meta = [tuple(torch.cat(tensors, dim).shape)]
+    except (RuntimeError, IndexError, ValueError):
+        meta = None
+    rule = buckets.TRUE_SHAPES[torch.ops.aten.cat.default](tensors, dim)
+    assert rule is None or rule == meta
+    if meta is None:
+        assert rule is None
+    elif all(len(s) == len(shapes[0]) for s in shapes):
+        assert rule == meta  # (the rule answers every plain cat)

@@ -541,38 +541,74 @@ class BucketedPlan:
 
     def _true_results(self, args, kwargs, desc: CallDescription, sizes) -> list | None:
         """Per result, its true sizes (a tensor's), its value (an int's) or None; None where the
-        meta kernel refuses the true sizes or a result does not fit its padded size. Remembered for
-        the latest few argument sizes: a step meets each size once per layer, and for keys and
-        values alike (a (1, heads, n, d) cache's `cat` ran the meta kernel through PyTorch's Python
-        reference, ~70 us a call)."""
+        meta kernel refuses the true sizes or a result does not fit its padded size. From the op's
+        size rule where it has one (TRUE_SHAPES), else its meta kernel. Remembered for the latest
+        few argument sizes: a step meets each size once per layer, and for keys and values alike."""
         key = (tuple(sizes), tuple(desc.scalars))
         found = self._seen.get(key, _MISSING)
         if found is not _MISSING:
             return found
-        metas, meta_kwargs = _replace_tensors(args, kwargs, lambda i, t: torch.empty_strided(
-            t.shape, t.stride(), dtype=t.dtype, device="meta"))
-        try:
-            true_out = META_OVERRIDES.get(self.op, self.op)(*metas, **meta_kwargs)
-        except _META_ERRORS:
-            true_out = None
+        rule = TRUE_SHAPES.get(self.op)
+        true_out = rule(*args, **kwargs) if rule is not None else None
+        if true_out is None:
+            true_out = _meta_results(self.op, args, kwargs)
         found = None if true_out is None else []
         axes_of = self.result_axes or [None] * len(self.results)
-        for r, out, axes in zip(self.results, true_out if len(self.op._schema.returns) > 1 else (true_out,), axes_of):
+        for r, out, axes in zip(self.results, true_out, axes_of):
             if found is None:
                 break
             if r[0] == "tensor":
-                if out.dim() != len(r[1]) or any(a > b or a == 0 for a, b in zip(out.shape, r[1])) or (
-                        axes is not None and any(a != b for d, (a, b) in enumerate(zip(out.shape, r[1]))
+                if len(out) != len(r[1]) or any(a > b or a == 0 for a, b in zip(out, r[1])) or (
+                        axes is not None and any(a != b for d, (a, b) in enumerate(zip(out, r[1]))
                                                  if d not in axes)):
                     found = None  # (a size the program lays out as padded that is not: exact sizes)
                 else:
-                    found.append(tuple(out.shape))
+                    found.append(out)
             else:
                 found.append(int(out) if r[0] == "int" else None)
         if len(self._seen) >= 8:
             self._seen.clear()
         self._seen[key] = found
         return found
+
+
+def _meta_results(op, args, kwargs) -> list | None:
+    """The op's results at the call's true sizes from its meta kernel (a tensor's as its shape), or
+    None where the kernel refuses them."""
+    metas, meta_kwargs = _replace_tensors(args, kwargs, lambda i, t: torch.empty_strided(
+        t.shape, t.stride(), dtype=t.dtype, device="meta"))
+    try:
+        out = META_OVERRIDES.get(op, op)(*metas, **meta_kwargs)
+    except _META_ERRORS:
+        return None
+    if out is None:
+        return None
+    outs = out if len(op._schema.returns) > 1 else (out,)
+    return [tuple(o.shape) if isinstance(o, torch.Tensor) else o for o in outs]
+
+
+def _cat_shapes(tensors, dim=0) -> list | None:
+    """cat's result shape from its inputs' (a decode step's caches and masks: PyTorch's meta kernel
+    for cat is a Python reference, ~70-250 µs a call); None for anything unusual (legacy empty
+    inputs, sizes that disagree), which the meta kernel decides."""
+    first = tensors[0].shape
+    rank = len(first)
+    if not rank or not -rank <= dim < rank:
+        return None
+    dim %= rank
+    total = 0
+    for t in tensors:
+        shape = t.shape
+        if len(shape) != rank or shape[:dim] != first[:dim] or shape[dim + 1:] != first[dim + 1:]:
+            return None
+        total += shape[dim]
+    return [(*first[:dim], total, *first[dim + 1:])]
+
+
+# op -> its results' true sizes from the arguments (a tensor's as a shape tuple), or None to ask the
+# meta kernel: for ops whose meta kernel is slow Python and whose size rule is plain. Only sizes:
+# every other property of the call (dtypes, devices, ranks) is fixed by the bucketed plan it runs.
+TRUE_SHAPES: dict = {aten.cat.default: _cat_shapes}
 
 
 def _growing_at(varying, results, result_axes) -> list:
