@@ -364,3 +364,11 @@ def test_cat_sizes_from_the_rule_agree_with_the_meta_kernel(shapes, dim):
         assert rule is None
     elif all(len(s) == len(shapes[0]) for s in shapes):
         assert rule == meta  # (the rule answers every plain cat)
+
+
+@pytest.mark.parametrize("shapes", [[(1, 4, 1, 16), (1, 4, 12, 16), (1, 4, 12, 8)], [(4, 9, 16), (4, 12, 16), (4, 12, 16)],
+                                    [(2, 4, 9, 16), (2, 4, 9, 16), (2, 4, 9, 16)]])
+def test_attention_sizes_from_the_rule_agree_with_the_meta_kernel(shapes):
+    op = torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default
+    q, k, v = (torch.empty(s, device="meta") for s in shapes)
+    assert buckets.TRUE_SHAPES[op](q, k, v, None, 0.0, True) == buckets._meta_results(op, (q, k, v, None, 0.0, True), {})

@@ -605,10 +605,25 @@ def _cat_shapes(tensors, dim=0) -> list | None:
     return [(*first[:dim], total, *first[dim + 1:])]
 
 
+def _attention_shapes(query, key, value, *args, **kwargs) -> list | None:
+    """The fused attention's results' sizes (as its meta kernel gives them): the output, the
+    log-sum-exp, two absent tensors, the query's and the key's lengths, the 0-d seed and offset,
+    no debug mask."""
+    if query.dim() == 4:
+        batch, heads, length, _ = query.shape
+    elif query.dim() == 3:
+        (heads, length, _), batch = query.shape, 1
+    else:
+        return None
+    return [(*query.shape[:-1], value.shape[-1]), (batch, heads, length), None, None, length, key.shape[-2],
+            (), (), None]
+
+
 # op -> its results' true sizes from the arguments (a tensor's as a shape tuple), or None to ask the
 # meta kernel: for ops whose meta kernel is slow Python and whose size rule is plain. Only sizes:
 # every other property of the call (dtypes, devices, ranks) is fixed by the bucketed plan it runs.
-TRUE_SHAPES: dict = {aten.cat.default: _cat_shapes}
+TRUE_SHAPES: dict = {aten.cat.default: _cat_shapes,
+                     aten._scaled_dot_product_fused_attention_overrideable.default: _attention_shapes}
 
 
 def _growing_at(varying, results, result_axes) -> list:
