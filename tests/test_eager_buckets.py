@@ -282,6 +282,34 @@ def test_a_loop_over_a_few_fixed_sizes_leaves_the_padded_programs():
     assert buckets.STATS["calls"] - calls >= 30
 
 
+def test_a_fixed_size_among_its_family_leaves_the_padded_program_in_fused_eager():
+    """A training step's sums over its layers' widths make one family; widths that teach its stream
+    run exact plans, and a width that fits the stream ran padded, cutting nothing but paying the
+    padded program, until EXACT_AFTER calls. In fused eager a stream that served one size only in
+    STILL_SEGMENTS segments stands still: that size gets its exact plan. A growing size, met in one
+    segment each, stays bucketed."""
+    widths = (22, 38, 30)  # 22 and 38 teach the stream (exact plans); 30 fits it
+    # (a family no other test runs: the streams of a family live for the whole process)
+    xs = {w: torch.randint(-50, 50, (2, 3, w), dtype=torch.int32) for w in widths}
+    on_device = {w: x.to("neuron") for w, x in xs.items()}
+    padded = []
+    with torchneuron.eager_mode("fused"):
+        for _ in range(10):
+            calls = buckets.STATS["calls"]
+            for w in widths:
+                got = on_device[w].sum(-1) * 3
+                torch.testing.assert_close(got.cpu(), xs[w].sum(-1) * 3)  # (a flush per step)
+            padded.append(buckets.STATS["calls"] - calls)
+        assert padded[2] == 1 and sum(padded) <= buckets.STILL_SEGMENTS + 1 and sum(padded[-4:]) == 0, padded
+        assert "one size only" in buckets.why_not()
+
+        x = _long(4, 40, axis=1).to(torch.float16)  # a growing size, a flush per length: stays bucketed
+        calls = buckets.STATS["calls"]
+        for n in range(5, 30):
+            torch.testing.assert_close(x[:, :n].contiguous().to("neuron").sum(-1).cpu(), x[:, :n].sum(-1))
+        assert buckets.STATS["calls"] - calls >= 20
+
+
 def test_a_fused_decode_loop_records_bucketed_calls_and_reuses_its_segments():
     """Fused eager records bucketed calls like any plan (a growing size is a traced argument), so a
     decode step's segment repeats within a bucket: a few segment programs for 45 lengths, not one

@@ -70,7 +70,7 @@ class _Stream:
     """One way a family's sizes vary: which of them grow together (mask), from which sizes (base),
     and the sizes of its latest call."""
 
-    __slots__ = ("base", "calls", "drops", "last", "mask", "ref", "sizes")
+    __slots__ = ("base", "calls", "drops", "epoch", "epochs", "last", "mask", "ref", "sizes")
 
     def __init__(self, sizes):
         self.base = self.last = sizes
@@ -78,6 +78,7 @@ class _Stream:
         self.ref = -1
         self.calls = self.drops = 0  # calls that fit it, and those smaller than the call before
         self.sizes: set = set()  # its growing size's values, up to FEW_SIZES + 1 of them
+        self.epoch = self.epochs = 0  # the fused segment of its latest call; segments it served in
 
     def oscillates(self) -> bool:
         """Whether it keeps going down as well as up among a few sizes: a loop over fixed sizes (a
@@ -87,6 +88,13 @@ class _Stream:
         return len(self.sizes) <= FEW_SIZES and self.drops >= OSCILLATES_AFTER and \
             self.drops * DROP_RATE >= self.calls
 
+    def stands_still(self) -> bool:
+        """Whether it served one size only, in STILL_SEGMENTS fused segments: a fixed size that met
+        others of its family (a training step's sum over one of its layers' widths, whose other
+        widths run their own exact plans and never reach the stream), not a growing one. A decode
+        step meets each size of its caches in one segment (two where it is cut), then the next."""
+        return len(self.sizes) == 1 and self.epochs >= STILL_SEGMENTS
+
 
 STREAMS = 8  # ways one family's sizes vary at once (a cache's keys and values, layers of two widths)
 # A stream that met at most FEW_SIZES sizes and went down OSCILLATES_AFTER times, at least once in
@@ -95,6 +103,9 @@ STREAMS = 8  # ways one family's sizes vary at once (a cache's keys and values, 
 OSCILLATES_AFTER = 4
 DROP_RATE = 8
 FEW_SIZES = 4
+# A stream that served a single size in this many fused segments stands still: its calls run at
+# exact sizes (in strict eager, segments do not advance, and EXACT_AFTER decides).
+STILL_SEGMENTS = 4
 
 
 def _structure(desc: CallDescription):
@@ -159,6 +170,10 @@ def _stream_for(streams: list, sizes, owners, may_vary) -> _Stream | None:
             stream.drops += size < stream.last[stream.ref]
             if len(stream.sizes) <= FEW_SIZES:
                 stream.sizes.add(size)
+            epoch = deferred.STATS["segments"]
+            if epoch != stream.epoch:
+                stream.epoch = epoch
+                stream.epochs += 1
             stream.last = sizes
             return stream
     nearest = min(streams, key=lambda st: _changes(st.last, sizes))
@@ -218,6 +233,8 @@ def run(schema: OpSchema, args, kwargs, desc: CallDescription):
         return _refuse("its sizes did not grow together by one amount since a call of its kind")
     if stream.oscillates():
         return _refuse("its sizes go down as well as up (a loop over a few fixed sizes, not a growing one)")
+    if stream.stands_still():
+        return _refuse(f"it met one size only, in {STILL_SEGMENTS} fused segments (a fixed size, not a growing one)")
     if padded is None:
         return _refuse("a growing size below 2")
     if schema.op is aten.cat.default:
