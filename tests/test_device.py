@@ -8,6 +8,8 @@ import textwrap
 import pytest
 import torch
 
+import torchneuron
+
 
 def test_tensors_are_native():
     t = torch.ones(2, 3).to("neuron")
@@ -177,16 +179,22 @@ def test_synchronize_waits_only_for_what_was_written_since_the_last(monkeypatch)
     waited = []
     real = sync_module.jax.block_until_ready
     monkeypatch.setattr(sync_module.jax, "block_until_ready", lambda xs: waited.append(len(xs)) or real(xs))
-    torch.neuron.synchronize()
+
+    def arrays_waited_for() -> int:
+        torch.neuron.synchronize()
+        return waited[-1]
+
+    assert arrays_waited_for() == 0  # nothing written since the last one
     held[0].mul_(2)
     y = held[1] * 3
-    torch.neuron.synchronize()
-    assert waited[1] - waited[0] <= 2 and waited[1] < 100  # two storages written; a few recent results
+    assert arrays_waited_for() <= 4  # two storages written (and their calls' results)
     torch.testing.assert_close(y.cpu(), held[1].cpu() * 3)
+    with torchneuron.eager_mode("strict"):
+        for _ in range(40):
+            held[0] * 2  # results that die at once: kept among the recent ones until a synchronize
+    assert arrays_waited_for() >= 32
     del held[2:]
-    torch.neuron.synchronize()  # (freed storages leave nothing to wait for)
-    assert waited[2] <= waited[0]
-
+    assert arrays_waited_for() == 0  # freed storages leave nothing to wait for, nor do results waited for
 
 def test_item_and_scalar_conversion():
     t = torch.tensor([1.5, -2.0]).to("neuron")

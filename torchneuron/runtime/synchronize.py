@@ -20,7 +20,7 @@ def synchronize(device: int | None = None, raise_asserts: bool = True) -> None:
         # Only storages written since the last synchronize can hold work not done (a buffer never
         # changes), and one call waits for them all (a Python loop took 0.5 µs a buffer). Results
         # whose tensors already died come last; a later in-place op may have donated some of them.
-        jax.block_until_ready([*storages.take_unsynced(wanted), *storages.recent_outputs()])
+        jax.block_until_ready([*storages.take_unsynced(wanted), *storages.take_recent_outputs()])
     else:
         storages.take_unsynced()  # (fused eager's pending segment still runs)
     if raise_asserts:
