@@ -74,12 +74,14 @@ def table() -> dict:
 
 def _take_computed() -> None:
     """After a fused segment ran: storages bound to its values hold the arrays themselves."""
-    # (a capture's pending values are not computed by flushes: capture.end or abort rebinds them)
-    for handle in _unflushed:
+    # (a capture's pending values are not computed by flushes: capture.end or abort rebinds them;
+    # only the handles seen are dropped: another thread may bind while this runs)
+    seen = len(_unflushed)
+    for handle in _unflushed[:seen]:
         buf = _buffers.get(handle)
         if type(buf) is deferred.Pending and buf.value is not None:
             _buffers[handle] = buf.value
-    _unflushed.clear()
+    del _unflushed[:seen]
 
 
 def maybe_drain() -> None:
@@ -179,14 +181,18 @@ def take_unsynced(device=None) -> list[jax.Array]:
     ones computed first; with `device` (a jax device), only those on it (the rest stay unsynced)."""
     deferred.flush("synchronize")
     with _drain_lock:
-        handles = list(_unsynced)
-        buffers = [_buffers[h] for h in handles if h in _buffers]
-        if device is None:
-            _unsynced.difference_update(handles)  # (not clear(): another thread may have bound since)
-            return buffers
-        mine = [buf for buf in buffers if device in buf.devices()]
-        _unsynced.difference_update(h for h in handles if h in _buffers and device in _buffers[h].devices())
-        return mine
+        # Arrays only: a value another thread recorded since the flush is not dispatched yet (its
+        # storage stays unsynced). Not clear(): another thread may have bound since.
+        taken, buffers = [], []
+        for handle in list(_unsynced):
+            buf = _buffers.get(handle)
+            if buf is None:
+                taken.append(handle)
+            elif type(buf) is not deferred.Pending and (device is None or device in buf.devices()):
+                taken.append(handle)
+                buffers.append(buf)
+        _unsynced.difference_update(taken)
+        return buffers
 
 
 def bitcast(array: jax.Array, dtype) -> jax.Array:
