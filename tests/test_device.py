@@ -137,7 +137,7 @@ def test_synchronize_leaves_every_live_buffer_computed(asynchronous):
         with torchneuron.eager_mode("fused"):
             z = (ys[0] * 2).sum()  # pending until synchronize runs it
         torch.neuron.synchronize()
-        ready = [all(b.is_ready() for b in storages.live_buffers())]
+        ready = [all(b.is_ready() for b in storages.table().values())]
         # after a synchronize, the work of every kind of write: in place through a view, a copy in,
         # a graph replay, a fused segment
         step = torchneuron.capture(lambda a: (a @ a).relu())
@@ -153,7 +153,7 @@ def test_synchronize_leaves_every_live_buffer_computed(asynchronous):
             made = write()
             w = made if name == "a graph replay" else w
             torch.neuron.synchronize()
-            if not all(b.is_ready() for b in storages.live_buffers()):
+            if not all(b.is_ready() for b in storages.table().values()):
                 ready.append(name)
         ready.append(True)
         print(json.dumps({"asynchronous": devices.ASYNCHRONOUS, "ready": ready,

@@ -80,7 +80,7 @@ def _take_computed() -> None:
     for handle in _unflushed[:seen]:
         buf = _buffers.get(handle)
         if type(buf) is deferred.Pending and buf.value is not None:
-            _buffers[handle] = buf.value
+            _buffers[handle] = buf.value  # (not bind: the handle is unsynced since its pending bind)
     del _unflushed[:seen]
 
 
@@ -168,12 +168,6 @@ def take_recent_outputs() -> list[jax.Array]:
     while recent:
         taken += [a for a in recent.popleft() if not a.is_deleted()]
     return taken
-
-
-def live_buffers() -> list[jax.Array]:
-    """Every storage's buffer, pending ones computed first."""
-    deferred.flush("synchronize")
-    return list(_buffers.values())
 
 
 def take_unsynced(device=None) -> list[jax.Array]:
