@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 import torch
 
@@ -451,3 +452,29 @@ def test_a_cheap_quick_executable_stays_quick_and_is_called_bare(monkeypatch):
     assert torchneuron.cache_stats()["promotions"] == before
     quick = _entries_of("aten.sub.Tensor", (26,))
     assert quick and not any(isinstance(e, executables._Tiered) for e in quick)
+
+
+def test_a_promotion_lowers_for_its_own_shapes_when_a_call_of_other_shapes_makes_it_hot():
+    """A quick program loaded from disk has no lowered program: when it turns hot the worker lowers
+    one for stand-ins of the call's arguments. The call that turns it hot may be one of other shapes
+    (a function tries its latest executable first and moves on when that refuses them): the
+    promotion must not take those shapes, or the full program that replaces the quick one refuses
+    every later call of its own (a fused generate failed this way once its segments came from disk)."""
+    import jax.numpy as jnp
+    executables.wait_for_promotions()
+    function = executables.Function(lambda x: x * 2 + 1, "segment", "promotion test")
+    small, large = jnp.arange(9.0), jnp.arange(128.0)
+    function(small)
+    (quick,) = function.signatures.values()
+    assert isinstance(quick, executables._Tiered) and quick.background is not None
+    quick.background = (None, None, None)  # as loaded from disk: nothing lowered, nothing to store
+    for _ in range(executables._BACKGROUND_AFTER - 2):
+        function(small)
+    assert quick.calls == executables._BACKGROUND_AFTER - 1
+    np.testing.assert_allclose(np.asarray(function(large)), np.arange(128.0) * 2 + 1)
+    for _ in range(3):  # the small signature's executable turns hot now, with its own shapes
+        function(small)
+    executables.wait_for_promotions()
+    for x in (small, large):
+        np.testing.assert_allclose(np.asarray(function(x)), np.arange(x.size) * 2 + 1)
+    assert function.signatures[quick.entry[1]] is not quick  # promoted: the full program serves the small shapes
