@@ -1,6 +1,9 @@
-"""Hugging Face generate on neuron with the default (dynamic) KV cache: every step meets a new
-sequence length. 64 greedy tokens equal to CPU's, and memory bounded by the executable cache
-(issue 14). Eager bucketing keeps the compiles per op to one per bucket of the growing length."""
+"""Hugging Face generate on neuron with no cache chosen: 64 greedy tokens equal to CPU's (whose
+default dynamic cache meets a new sequence length every step), and memory bounded by the executable
+cache (issue 14). On neuron the decode steps run at a static cache's bucketed length, each replayed
+as one recorded graph (torchneuron/integrations/generate.py); with that off
+(TORCHNEURON_GENERATE_GRAPHS=0), eager bucketing keeps the compiles per op to one per bucket of the
+growing length."""
 from __future__ import annotations
 
 import pytest
@@ -8,6 +11,7 @@ import torch
 
 import torchneuron
 from torchneuron.eager import buckets
+from torchneuron.integrations import generate
 
 transformers = pytest.importorskip("transformers")
 
@@ -42,3 +46,94 @@ def test_generate_64_tokens_with_the_default_cache_equals_cpu(kind, monkeypatch)
     # eager bucketing: the growing cache's ops compile once per bucket (at exact sizes, GPT-2 took
     # 448 executables; the ops on `ids[:, -1:]` of the batch of 2 still compile per length)
     assert stats["misses"] - compiles <= 400
+
+
+@pytest.fixture
+def graphs(monkeypatch):
+    monkeypatch.setattr(generate.config, "GENERATE_GRAPHS", True)  # (whatever TORCHNEURON_GENERATE_GRAPHS says)
+
+
+def _steps(model) -> list:
+    """The recorded decode steps the model holds (torchneuron.integrations.generate)."""
+    state = generate._STATE.get(model)
+    return [step for _, step in state.held.values()] if state is not None else []
+
+
+def _generate(model, prompt, **settings):
+    with torch.no_grad():
+        out = model.generate(prompt.to(model.device), do_sample=False, pad_token_id=0, **settings)
+    return out.cpu() if isinstance(out, torch.Tensor) else out
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_generate_decodes_each_bucket_as_one_replayed_graph(kind, graphs):
+    """With no cache chosen, generate on neuron decodes with a static cache of the bucketed length
+    and replays each decode step as one recorded graph: the tokens are the dynamic cache's on CPU,
+    a later call whose length falls in the same bucket replays the same graph, and a longer one
+    records one graph more."""
+    model = _model(kind)
+    prompt = torch.randint(0, 256, (1, 6), generator=torch.Generator().manual_seed(2))
+    expected = {n: _generate(model, prompt, max_new_tokens=n, min_new_tokens=n) for n in (64, 100, 140)}
+    model = model.to("neuron")
+    assert _generate(model, prompt, max_new_tokens=64, min_new_tokens=64).equal(expected[64])
+    (step,) = _steps(model)
+    # 63 decode steps: the first runs eagerly, the second records, the rest replay
+    assert (step.recordings, step.replays) == (1, 61)
+    assert _generate(model, prompt, max_new_tokens=100, min_new_tokens=100).equal(expected[100])  # 106: bucket 128
+    assert (step.recordings, step.replays) == (1, 61 + 99)
+    assert _generate(model, prompt, max_new_tokens=140, min_new_tokens=140).equal(expected[140])  # 146: 256
+    assert len(_steps(model)) == 2 and sum(s.recordings for s in _steps(model)) == 2
+
+
+def test_generate_replays_read_the_weights_a_later_load_writes(graphs):
+    """The recorded step reads the parameters' storages: weights loaded in place later give the new
+    model's tokens; a model moved away and back (new storages) records anew."""
+    model, other = _model("llama"), _model("llama")
+    with torch.no_grad():
+        for p in other.parameters():
+            p.mul_(1.5)
+    prompt = torch.randint(0, 256, (1, 5), generator=torch.Generator().manual_seed(4))
+    expected = _generate(model, prompt, max_new_tokens=20, min_new_tokens=20)
+    expected_other = _generate(other, prompt, max_new_tokens=20, min_new_tokens=20)
+    model = model.to("neuron")
+    assert _generate(model, prompt, max_new_tokens=20, min_new_tokens=20).equal(expected)
+    model.load_state_dict(other.state_dict())
+    assert _generate(model, prompt, max_new_tokens=20, min_new_tokens=20).equal(expected_other)
+    assert [s.recordings for s in _steps(model)] == [1]
+    model = model.to("cpu").to("neuron")
+    assert _generate(model, prompt, max_new_tokens=20, min_new_tokens=20).equal(expected_other)
+    assert sorted(s.recordings for s in _steps(model)) == [1, 1]
+
+
+def test_sampling_draws_the_same_tokens_as_the_dynamic_cache(monkeypatch):
+    """Sampling draws its random numbers outside the recorded step, so a seeded run gives the tokens
+    of the same seeded run with transformers' dynamic cache (TORCHNEURON_GENERATE_GRAPHS=0)."""
+    model = _model("llama").to("neuron")
+    prompt = torch.randint(0, 256, (2, 5), generator=torch.Generator().manual_seed(5))
+    runs = []
+    for graphs in (False, True):
+        monkeypatch.setattr(generate.config, "GENERATE_GRAPHS", graphs)
+        torch.manual_seed(7)
+        with torch.no_grad():
+            runs.append(model.generate(prompt.to("neuron"), do_sample=True, top_k=20, max_new_tokens=24,
+                                       min_new_tokens=24, pad_token_id=0).cpu())
+    assert runs[0].equal(runs[1])
+    assert [s.replays for s in _steps(model)] == [21]
+
+
+@pytest.mark.parametrize("setting", [
+    {"cache_implementation": "dynamic"},
+    {"return_dict_in_generate": True},
+    {"num_beams": 2},
+])
+def test_generate_keeps_transformers_cache_where_the_caller_chose_or_takes_it(setting):
+    model = _model("llama")
+    prompt = torch.randint(0, 256, (1, 5), generator=torch.Generator().manual_seed(6))
+    expected = _generate(model, prompt, max_new_tokens=8, min_new_tokens=8, **setting)
+    model = model.to("neuron")
+    got = _generate(model, prompt, max_new_tokens=8, min_new_tokens=8, **setting)
+    if setting.get("return_dict_in_generate"):
+        assert isinstance(got.past_key_values, transformers.DynamicCache)
+        got, expected = got.sequences.cpu(), expected.sequences
+    assert got.equal(expected)
+    assert _steps(model) == []

@@ -71,6 +71,11 @@ def _register() -> None:
 
     # transformers' MoE ops get lowerings once transformers defines them
     huggingface.when_imported("transformers.integrations.moe", library_ops.lower_transformers_moe)
+    from .integrations import generate
+
+    # generate decodes with a bucketed static cache, each step a replayed graph
+    huggingface.when_imported("transformers.generation.utils", generate.on_generation_utils)
+    huggingface.when_imported("transformers.modeling_utils", generate.on_modeling_utils)
     from .eager import modes
 
     modes.install()  # fused eager cuts its segments where optimizer steps end

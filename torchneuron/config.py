@@ -38,6 +38,10 @@ ENVIRONMENT = {
     "TORCHNEURON_XLA_COLLECTIVES": "'1' under torchrun starts JAX's multi-process runtime (gloo collectives "
                                    "on cpu) and compiles graphs with world-group collectives as one XLA "
                                    "program per rank; default '0' runs them between compiled segments",
+    "TORCHNEURON_GENERATE_GRAPHS": "default '1': Hugging Face generate on neuron, when the caller chose no "
+                                   "cache, decodes with a static cache of the generation's bucketed length "
+                                   "and replays each decode step as one recorded graph; '0' keeps "
+                                   "transformers' default (dynamic) cache",
     "TORCHNEURON_JAX_COORDINATOR": "host:port of JAX's multi-process coordinator (with "
                                    "TORCHNEURON_XLA_COLLECTIVES=1); default MASTER_ADDR:MASTER_PORT+1",
 }
@@ -88,3 +92,4 @@ LAUNCH_BLOCKING = os.environ.get("TORCHNEURON_LAUNCH_BLOCKING", "0") == "1"
 DEVICE_ASSERTS = os.environ.get("TORCHNEURON_DEVICE_ASSERTS", "1") != "0"
 XLA_COLLECTIVES = os.environ.get("TORCHNEURON_XLA_COLLECTIVES", "0") == "1"
 JAX_COORDINATOR = os.environ.get("TORCHNEURON_JAX_COORDINATOR")
+GENERATE_GRAPHS = os.environ.get("TORCHNEURON_GENERATE_GRAPHS", "1") != "0"
