@@ -141,3 +141,53 @@ def test_make_graphed_callables_matches_eager_forward_and_backward():
             torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-5, atol=1e-5)
     with pytest.raises(RuntimeError, match="captured for"):
         graphed(torch.randn(6, 8, device="neuron", requires_grad=True))
+
+
+_CAPTURE_PROGRAM = """
+import json, torch, torchneuron
+torch.manual_seed(0)
+w = torch.randn(6, 10).to("neuron")
+
+@torchneuron.capture
+def step(x):
+    h = (x @ w.t()).view(3, 2, 3).transpose(0, 1)  # (views: host sizes and strides built into the graph)
+    w.mul_(0.5)
+    return (h * 1.25 + 0.5).tanh().sum(-1)
+
+results = [step(torch.full((3, 10), float(i)).to("neuron")).cpu().tolist() for i in range(4)]
+stats = torchneuron.cache_stats()
+print(json.dumps({"results": results, "compiles": stats["compiles"], "disk_hits": stats["disk_hits"],
+                  "untraced_loads": stats["untraced_loads"], "graphs": stats["entries_by_kind"].get("graph", 0),
+                  "replays": step.replays}))
+"""
+
+
+def test_a_second_process_loads_a_captured_graph_without_tracing_it(tmp_path):
+    """A captured graph has a persistent name (its plans' names and wiring, where its inputs come
+    from, the host constants built into it), so a second process loads its executable from the
+    cache untraced, as it does eager plans and fused segments, and replays it with the same results."""
+    import json
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "TORCHNEURON_CACHE_DIR": str(tmp_path)}
+    runs = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", _CAPTURE_PROGRAM], env=env, capture_output=True, text=True,
+                             timeout=300, check=False)
+        assert out.returncode == 0, out.stderr[-3000:]
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    cold, warm = runs
+    torch.manual_seed(0)
+    w = torch.randn(6, 10)
+    expected = []
+    for i in range(4):
+        h = (torch.full((3, 10), float(i)) @ w.t()).view(3, 2, 3).transpose(0, 1)
+        w.mul_(0.5)
+        expected.append((h * 1.25 + 0.5).tanh().sum(-1))
+    for run in runs:
+        assert run["graphs"] == 1 and run["replays"] == 2
+        for got, want in zip(run["results"], expected):
+            torch.testing.assert_close(torch.tensor(got), want)
+    assert cold["compiles"] > 0
+    assert warm["compiles"] == 0 and warm["untraced_loads"] == warm["disk_hits"] > 0

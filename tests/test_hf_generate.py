@@ -56,7 +56,7 @@ def graphs(monkeypatch):
 def _steps(model) -> list:
     """The recorded decode steps the model holds (torchneuron.integrations.generate)."""
     state = generate._STATE.get(model)
-    return [step for _, step in state.held.values()] if state is not None else []
+    return [step.recorded for _, step in state.held.values()] if state is not None else []
 
 
 def _generate(model, prompt, **settings):
@@ -137,3 +137,18 @@ def test_generate_keeps_transformers_cache_where_the_caller_chose_or_takes_it(se
         got, expected = got.sequences.cpu(), expected.sequences
     assert got.equal(expected)
     assert _steps(model) == []
+
+
+def test_a_forward_that_reads_a_device_value_decodes_eagerly(graphs):
+    """A forward that needs a value mid-step (here a hook's `item()`) cannot be recorded: its decode
+    steps run eagerly instead, with the same tokens."""
+    model = _model("llama")
+    seen = []
+    model.model.layers[0].register_forward_hook(lambda module, args, out: seen.append(out[0].abs().sum().item()))
+    prompt = torch.randint(0, 256, (1, 5), generator=torch.Generator().manual_seed(8))
+    expected = _generate(model, prompt, max_new_tokens=12, min_new_tokens=12)
+    model = model.to("neuron")
+    assert _generate(model, prompt, max_new_tokens=12, min_new_tokens=12).equal(expected)
+    (step,) = [step for _, step in generate._STATE[model].held.values()]
+    assert "graph capture cannot wait" in step.refused
+    assert step.recorded.replays == 0 and len(seen) == 2 * 12

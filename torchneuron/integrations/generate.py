@@ -85,14 +85,33 @@ def _held_cache(model, generation_config, batch_size: int, max_cache_length: int
 
 
 def _recorded_step(model):
-    from .. import graphs
+    return _Step(weakref.ref(model))  # (the held step must not keep the model alive)
 
-    model_ref = weakref.ref(model)  # (the held step must not keep the model alive)
 
-    def step(*args, **kwargs):
-        return model_ref()(*args, **kwargs)
+class _Step:
+    """The model's call, recorded once per argument signature and replayed after; a model whose
+    forward needs a device value mid-step (a data-dependent op, `item()`, a CPU fallback) cannot be
+    recorded: its steps run eagerly from then on, as they would with transformers' own cache."""
 
-    return graphs.capture(step)
+    def __init__(self, model_ref):
+        from .. import graphs
+
+        self.model_ref = model_ref
+        self.recorded = graphs.capture(self.eager)
+        self.refused = None  # why recording failed (the steps run eagerly)
+
+    def eager(self, *args, **kwargs):
+        return self.model_ref()(*args, **kwargs)
+
+    def __call__(self, *args, **kwargs):
+        from ..runtime.deferred import CaptureError
+
+        if self.refused is None:
+            try:
+                return self.recorded(*args, **kwargs)
+            except CaptureError as e:  # (the recording was dropped unrun: the step has not happened)
+                self.refused = str(e)
+        return self.eager(*args, **kwargs)
 
 
 def _prepare_cache(original):

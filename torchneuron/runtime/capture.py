@@ -153,9 +153,13 @@ def end(execute: bool, keep_storages: list) -> Graph | None:
     # by kind (storages first): a replay binds each kind's block in one pass
     order = sorted(range(len(outputs)), key=lambda j: _WRITTEN_KINDS.index(outputs[j][0]))
     live, outputs = [live[j] for j in order], [outputs[j] for j in order]
-    body, inputs, sources = _arranged(deferred.composed(segment.nodes, live), segment.inputs, recording.sources)
+    body, inputs, sources, fixed = _arranged(deferred.composed(segment.nodes, live), segment.inputs,
+                                             recording.sources)
     program = executables.Function(body, "graph", f"graph of {len(segment.nodes)} ops",
+                                   identity=_identity(segment.nodes, live, sources, fixed),
                                    device=devices.jax_device(segment.device))
+    # its plans' checks, whose traces it reuses (their messages are stored with it)
+    program.messages = set().union(*(function.messages for function, _ in segment.nodes))
     graph = Graph(program, inputs, sources, outputs, segment.device, keep_storages + survivors)
     STATS["captures"] += 1
     if execute:
@@ -175,7 +179,7 @@ def _arranged(body, inputs: list, sources: list):
     gathers each kind's block in one pass; and with its host constants (Python scalars:
     hyperparameters, `x * 0.5`) built into it rather than passed at every replay, so that XLA folds
     what depends only on them (the AdamW step's bias corrections and step sizes, per parameter).
-    Returns (program, its inputs, their sources)."""
+    Returns (program, its inputs, their sources, the constants built in by input position)."""
     fixed = {i: value for i, (value, (kind, _)) in enumerate(zip(inputs, sources))
              if kind == "const" and not isinstance(value, jax.Array)}
     order = sorted((i for i in range(len(inputs)) if i not in fixed), key=lambda i: _READ_KINDS.index(sources[i][0]))
@@ -187,7 +191,33 @@ def _arranged(body, inputs: list, sources: list):
             full[i] = value
         return body(*full)
 
-    return program, [inputs[i] for i in order], [sources[i] for i in order]
+    return program, [inputs[i] for i in order], [sources[i] for i in order], fixed
+
+
+# Constants whose repr names them exactly (a graph's persistent name spells its built-in constants)
+_NAMED_CONSTANTS = (bool, int, float, complex, str, type(None), np.generic)
+_NAMED_ARRAY_BYTES = 4096  # (host arrays built in: a view's sizes and strides; larger ones stay unnamed)
+
+
+def _constant_name(value) -> str | None:
+    if isinstance(value, _NAMED_CONSTANTS):
+        return repr(value)
+    if isinstance(value, np.ndarray) and value.nbytes <= _NAMED_ARRAY_BYTES:
+        return repr((str(value.dtype), value.shape, value.tobytes().hex()))
+    return None
+
+
+def _identity(nodes, live, sources, fixed) -> str | None:
+    """The graph's persistent name, as a segment's (runtime/deferred.py): its plans' names and
+    wiring, the values it hands out, where its inputs come from and its built-in constants; None
+    if a plan has no name or a constant no exact one. With it a later process loads the graph's
+    executable from the persistent cache without tracing it."""
+    names = [function.identity for function, _ in nodes]
+    constants = sorted((i, _constant_name(v)) for i, v in fixed.items())
+    if any(name is None for name in names) or any(name is None for _, name in constants):
+        return None
+    return repr(("graph", tuple(zip(names, (refs for _, refs in nodes))), tuple(live),
+                 tuple(kind for kind, _ in sources), tuple(constants)))
 
 
 def _survivors(kept: list) -> list:
