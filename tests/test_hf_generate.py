@@ -26,9 +26,11 @@ def _model(kind: str):
     return transformers.GPT2LMHeadModel(config).eval()
 
 
+@pytest.mark.parametrize("replayed", [True, False], ids=["static-graphs", "dynamic-cache"])
 @pytest.mark.parametrize("kind", ["llama", "gpt2"])
-def test_generate_64_tokens_with_the_default_cache_equals_cpu(kind, monkeypatch):
+def test_generate_64_tokens_with_the_default_cache_equals_cpu(kind, replayed, monkeypatch):
     monkeypatch.setattr(buckets, "ENABLED", True)  # (whatever TORCHNEURON_EAGER_BUCKETS says)
+    monkeypatch.setattr(generate.config, "GENERATE_GRAPHS", replayed)
     model = _model(kind)
     compiles = torchneuron.cache_stats()["misses"]
     prompt = torch.randint(0, 256, (2, 6), generator=torch.Generator().manual_seed(1))
@@ -112,7 +114,7 @@ def test_sampling_draws_the_same_tokens_as_the_dynamic_cache(monkeypatch):
     prompt = torch.randint(0, 256, (2, 5), generator=torch.Generator().manual_seed(5))
     runs = []
     for graphs in (False, True):
-        monkeypatch.setattr(generate.config, "GENERATE_GRAPHS", graphs)
+        monkeypatch.setattr(generate.config, "GENERATE_GRAPHS", replayed)
         torch.manual_seed(7)
         with torch.no_grad():
             runs.append(model.generate(prompt.to("neuron"), do_sample=True, top_k=20, max_new_tokens=24,
