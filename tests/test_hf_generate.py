@@ -114,7 +114,7 @@ def test_sampling_draws_the_same_tokens_as_the_dynamic_cache(monkeypatch):
     prompt = torch.randint(0, 256, (2, 5), generator=torch.Generator().manual_seed(5))
     runs = []
     for graphs in (False, True):
-        monkeypatch.setattr(generate.config, "GENERATE_GRAPHS", replayed)
+        monkeypatch.setattr(generate.config, "GENERATE_GRAPHS", graphs)
         torch.manual_seed(7)
         with torch.no_grad():
             runs.append(model.generate(prompt.to("neuron"), do_sample=True, top_k=20, max_new_tokens=24,

@@ -13,7 +13,8 @@ padded positions are masked); `TORCHNEURON_GENERATE_GRAPHS=0` keeps transformers
 Left alone (transformers' own path): a cache or `cache_implementation` the caller chose, a cache
 returned to the caller (`return_dict_in_generate`), modes other than greedy search and sampling,
 encoder-decoder and recurrent models, models transformers does not mark compileable, attention
-implementations other than "sdpa" and "eager" (a registered kernel may not read the mask), and models
+implementations other than "sdpa" and "eager" (a registered kernel may not read the mask), quantized
+models and models placed over several devices (`hf_device_map`), and models
 whose static cache has layers other than plain `StaticLayer` (sliding windows keep Python state a
 replay would not advance). A replay assumes what the recording read stays where it was: the held
 caches and their graphs are keyed by the model's parameter and buffer storages, dtype, training
@@ -48,6 +49,8 @@ def _eligible(model, generation_config, model_kwargs, generation_mode) -> bool:
             and not generation_config.disable_compile and generation_config.prefill_chunk_size is None
             and str(getattr(generation_mode, "value", generation_mode)) in _MODES
             and getattr(model.config, "_attn_implementation", None) in _ATTENTION
+            and getattr(model, "hf_quantizer", None) is None
+            and len(set(getattr(model, "hf_device_map", {"": None}).values())) <= 1
             and not model.config.is_encoder_decoder and getattr(model, "_can_compile_fullgraph", False)
             and model._supports_default_dynamic_cache())
 
