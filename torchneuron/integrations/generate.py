@@ -46,7 +46,8 @@ def _eligible(model, generation_config, model_kwargs, generation_mode) -> bool:
     return (config.GENERATE_GRAPHS and model.device.type == "neuron"
             and generation_config.cache_implementation is None and generation_config.use_cache is not False
             and model_kwargs.get("past_key_values") is None and not generation_config.return_dict_in_generate
-            and not generation_config.disable_compile and generation_config.prefill_chunk_size is None
+            and not getattr(generation_config, "disable_compile", False)
+            and getattr(generation_config, "prefill_chunk_size", None) is None
             and str(getattr(generation_mode, "value", generation_mode)) in _MODES
             and getattr(model.config, "_attn_implementation", None) in _ATTENTION
             and getattr(model, "hf_quantizer", None) is None
