@@ -11,6 +11,7 @@ import torch.nn.functional as F
 import torchneuron
 from torchneuron.runtime import deferred
 from torchneuron.testing.models import GPT, batches
+from torchneuron.testing.processes import runs_sharing_a_cache
 
 
 def _flushes():
@@ -306,16 +307,7 @@ def test_a_hot_segment_compiles_again_at_full_optimisation_and_a_warm_process_lo
     optimisation on a worker thread and takes the quick one's place. A second process loads the
     full program from the cache, and neither traces a plan nor compiles anything (the plans' output
     shapes are stored too; the embedding's device check is stored with its message)."""
-    import json
-    import os
-    env = {**os.environ, "TORCHNEURON_CACHE_DIR": str(tmp_path)}
-    runs = []
-    for _ in range(2):
-        out = subprocess.run([sys.executable, "-c", _SEGMENT_PROGRAM], env=env, capture_output=True, text=True,
-                             timeout=300, check=False)
-        assert out.returncode == 0, out.stderr[-3000:]
-        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    cold, warm = runs
+    runs = cold, warm = runs_sharing_a_cache(_SEGMENT_PROGRAM, tmp_path)
     torch.manual_seed(0)
     table, ids = torch.randn(11, 37), torch.tensor([3, 1, 10, 4])
     steps = [*range(len(cold["results"]) - 1), 9]
@@ -354,18 +346,9 @@ def test_a_segment_loaded_quick_from_disk_is_promoted_on_the_worker(tmp_path):
     """A process that ran a segment only a few times stored its quick program; a second process
     loads that one and, once the segment is hot, compiles the full program on the worker thread (it
     has no lowered program: it lowers one there), not on the calling thread in the middle of a call."""
-    import json
-    import os
-
     from torchneuron.runtime import executables
-    env = {**os.environ, "TORCHNEURON_CACHE_DIR": str(tmp_path)}
-    runs = []
-    for steps in (3, executables._BACKGROUND_AFTER + 2):
-        out = subprocess.run([sys.executable, "-c", _QUICK_THEN_HOT, str(steps)], env=env, capture_output=True,
-                             text=True, timeout=300, check=False)
-        assert out.returncode == 0, out.stderr[-3000:]
-        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    cold, warm = runs
+    runs = cold, warm = runs_sharing_a_cache(_QUICK_THEN_HOT, tmp_path,
+                                             argvs=[(3,), (executables._BACKGROUND_AFTER + 2,)])
     torch.manual_seed(0)
     x = torch.randn(5, 29)
     for run in runs:

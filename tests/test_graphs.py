@@ -7,6 +7,7 @@ import torch.nn.functional as F
 import torchneuron
 from torchneuron.runtime.capture import STATS, CaptureError
 from torchneuron.testing.models import GPT, batches
+from torchneuron.testing.processes import runs_sharing_a_cache
 
 
 def _gpt_step(seed=0):
@@ -166,18 +167,7 @@ def test_a_second_process_loads_a_captured_graph_without_tracing_it(tmp_path):
     """A captured graph has a persistent name (its plans' names and wiring, where its inputs come
     from, the host constants built into it), so a second process loads its executable from the
     cache untraced, as it does eager plans and fused segments, and replays it with the same results."""
-    import json
-    import os
-    import subprocess
-    import sys
-    env = {**os.environ, "TORCHNEURON_CACHE_DIR": str(tmp_path)}
-    runs = []
-    for _ in range(2):
-        out = subprocess.run([sys.executable, "-c", _CAPTURE_PROGRAM], env=env, capture_output=True, text=True,
-                             timeout=300, check=False)
-        assert out.returncode == 0, out.stderr[-3000:]
-        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    cold, warm = runs
+    runs = cold, warm = runs_sharing_a_cache(_CAPTURE_PROGRAM, tmp_path)
     torch.manual_seed(0)
     w = torch.randn(6, 10)
     expected = []
