@@ -154,3 +154,21 @@ def test_a_forward_that_reads_a_device_value_decodes_eagerly(graphs):
     (step,) = [step for _, step in generate._STATE[model].held.values()]
     assert "graph capture cannot wait" in step.refused
     assert step.recorded.replays == 0 and len(seen) == 2 * 12
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_a_left_padded_batch_decodes_as_on_cpu(kind, graphs):
+    """Rows of different lengths, left-padded: the static cache's 4-D mask carries the padding as the
+    dynamic cache's does, and the replayed steps give CPU's tokens for every row."""
+    model = _model(kind)
+    prompt = torch.randint(1, 256, (3, 7), generator=torch.Generator().manual_seed(9))
+    mask = torch.ones_like(prompt)
+    mask[0, :3] = 0
+    mask[2, :5] = 0
+    prompt = prompt.masked_fill(mask == 0, 0)
+    settings = {"attention_mask": mask, "max_new_tokens": 30, "min_new_tokens": 30}
+    expected = _generate(model, prompt, **settings)
+    model = model.to("neuron")
+    got = _generate(model, prompt, **{**settings, "attention_mask": mask.to("neuron")})
+    assert got.equal(expected)
+    assert [s.replays for s in _steps(model)] == [27]
