@@ -30,7 +30,9 @@ ALLOWED = {
     "distributed": {"runtime", "config"},
     "device_module": {"runtime", "config"},
     "custom_ops": {"eager", "runtime", "lowering", "config"},
-    "integrations": set(),  # other libraries' hooks: they reach the device through torch.neuron only
+    # other libraries' hooks: they reach the device through torch.neuron, and transformers' generate
+    # records its decode steps through the graphs API at a bucket's size (integrations/generate.py)
+    "integrations": {"graphs", "lowering", "config"},
 }
 
 

@@ -26,6 +26,8 @@ from torch.utils import _pytree as pytree
 
 from .runtime import capture as _capture
 
+CaptureError = _capture.CaptureError  # a device value needed inside a capture
+
 __all__ = ["NeuronGraph", "capture", "graph", "make_graphed_callables"]
 # What torch.neuron gains from this module (CUDA's names in torch.cuda).
 DEVICE_API = ("NeuronGraph", "graph", "make_graphed_callables")

@@ -108,7 +108,7 @@ class _Step:
         return self.model_ref()(*args, **kwargs)
 
     def __call__(self, *args, **kwargs):
-        from ..runtime.deferred import CaptureError
+        from ..graphs import CaptureError
 
         if self.refused is None:
             try:
