@@ -18,7 +18,8 @@ models and models placed over several devices (`hf_device_map`), and models
 whose static cache has layers other than plain `StaticLayer` (sliding windows keep Python state a
 replay would not advance). A replay assumes what the recording read stays where it was: the held
 caches and their graphs are keyed by the model's parameter and buffer storages, dtype, training
-flag and attention implementation, so moving or reloading the model records anew.
+flag and attention implementation, so moving or reloading the model records anew (and drops what
+it held for the storages it left).
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ import weakref
 from .. import config
 from ..lowering import padding
 
-HELD = 4  # static caches (with their recorded steps) a model keeps: one per batch size, bucket and weights
+HELD = 4  # static caches (with their recorded steps) a model keeps: one per batch size and bucket
 _MODES = ("greedy_search", "sample")
 # attention implementations that read the mask (a registered kernel may assume keys end at the query)
 _ATTENTION = ("sdpa", "eager")
@@ -73,7 +74,10 @@ def _held_cache(model, generation_config, batch_size: int, max_cache_length: int
         length = max(max_cache_length, min(length, limit))
     batch = max(generation_config.num_beams or 1, generation_config.num_return_sequences or 1) * batch_size
     state = _STATE.setdefault(model, _State())
-    key = (batch, length, _weights(model))
+    weights = _weights(model)
+    for stale in [k for k in state.held if k[2] != weights]:  # (recorded on storages the model left)
+        del state.held[stale]
+    key = (batch, length, weights)
     entry = state.held.pop(key, None)
     if entry is None:
         cache = StaticCache(config=text_config, max_cache_len=length)
