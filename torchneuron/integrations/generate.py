@@ -27,7 +27,7 @@ import collections
 import functools
 import weakref
 
-from .. import config
+from .. import config, graphs
 from ..lowering import padding
 
 HELD = 4  # static caches (with their recorded steps) a model keeps: one per batch size and bucket
@@ -83,7 +83,7 @@ def _held_cache(model, generation_config, batch_size: int, max_cache_length: int
         cache = StaticCache(config=text_config, max_cache_len=length)
         if not all(type(layer) is StaticLayer for layer in cache.layers):
             return None
-        entry = (cache, _recorded_step(model))
+        entry = (cache, _Step(weakref.ref(model)))  # (the held step must not keep the model alive)
     else:
         entry[0].reset()
     state.held[key] = entry
@@ -92,18 +92,12 @@ def _held_cache(model, generation_config, batch_size: int, max_cache_length: int
     return entry
 
 
-def _recorded_step(model):
-    return _Step(weakref.ref(model))  # (the held step must not keep the model alive)
-
-
 class _Step:
     """The model's call, recorded once per argument signature and replayed after; a model whose
     forward needs a device value mid-step (a data-dependent op, `item()`, a CPU fallback) cannot be
     recorded: its steps run eagerly from then on, as they would with transformers' own cache."""
 
     def __init__(self, model_ref):
-        from .. import graphs
-
         self.model_ref = model_ref
         self.recorded = graphs.capture(self.eager)
         self.refused = None  # why recording failed (the steps run eagerly)
@@ -112,12 +106,10 @@ class _Step:
         return self.model_ref()(*args, **kwargs)
 
     def __call__(self, *args, **kwargs):
-        from ..graphs import CaptureError
-
         if self.refused is None:
             try:
                 return self.recorded(*args, **kwargs)
-            except CaptureError as e:  # (the recording was dropped unrun: the step has not happened)
+            except graphs.CaptureError as e:  # (the recording was dropped unrun: the step has not happened)
                 self.refused = str(e)
         return self.eager(*args, **kwargs)
 
