@@ -63,6 +63,29 @@ def test_a_segment_runs_once_as_one_program():
     torch.testing.assert_close(value, expected)
 
 
+
+@pytest.mark.parametrize("mode", ["fused", "strict"])
+def test_python_scalars_keep_their_bits_when_equal_ones_are_shared(mode):
+    # a segment reads equal scalars as one input, and the driver converts each value once: 0.0 and
+    # -0.0 compare equal but divide differently, NaN equals nothing, 1 and 1.0 and True are
+    # different types (int, float, bool results)
+    x = torch.tensor([1.0, -2.0, 3.0])
+    i = torch.tensor([1, 2, 3])
+
+    def ops(x, i):
+        return [x / 0.0, x / -0.0, x * float("nan"), x + float("-nan"), x / -0.0, x / 0.0,
+                i * 1, i * 1.0, i * True, i + 2**40, x * 1.5, x * 1.5 + 1.5]
+
+    want = ops(x, i)
+    with torchneuron.eager_mode(mode):
+        before = torchneuron.eager_stats()["ops"]
+        got = [t.cpu() for t in ops(x.to("neuron"), i.to("neuron"))]
+        assert torchneuron.eager_stats()["ops"] - before == (13 if mode == "fused" else 0)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        torch.testing.assert_close(g, w, equal_nan=True)
+        assert torch.equal(torch.signbit(g), torch.signbit(w))  # -inf stays -inf
+
 @pytest.mark.parametrize("mode", ["fused", "strict"])
 def test_fresh_storages_get_their_zeros_inside_the_segment(mode):
     # torch.ones, zeros and empty().fill_() write a storage never written: fused eager records

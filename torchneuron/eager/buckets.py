@@ -44,7 +44,7 @@ from jax import lax
 from .. import config
 from ..lowering import LOWERINGS, META_OVERRIDES, calling, draws_random, padding
 from ..runtime import deferred, device_asserts, executables, storages
-from ..runtime.dtypes import PYTHON_SCALAR_TYPES, to_jax
+from ..runtime.dtypes import host_scalar, to_jax
 from ..runtime.layout import Layout, canonical_stride, contiguous_stride, read
 from .describe import CallDescription, buffers_of, is_tensor_entry
 from .execute import fill_template
@@ -252,7 +252,7 @@ def run(schema: OpSchema, args, kwargs, desc: CallDescription):
     statics = tuple(None if any(v) else (canonical_stride(t.shape, t.stride()), t.storage_offset())
                     for t, v in zip(desc.tensors, varying))
     # (the mask too: two streams of a family can pad to the same sizes along different axes)
-    key = (family_key, padded, stream.mask, statics, tuple(desc.scalars) if _static_scalars(schema) else None)
+    key = (family_key, padded, stream.mask, statics, tuple(desc.scalars) if schema.static_scalars else None)
     plan = PLANS.get(key, _MISSING)
     if plan is _MISSING:
         plan = _build(schema, args, kwargs, desc, shapes, varying)
@@ -309,11 +309,6 @@ def _refuse(reason: str):
 def why_not() -> str | None:
     """Why the latest call run at exact sizes was not bucketed."""
     return _WHY[0]
-
-
-def _static_scalars(schema: OpSchema) -> bool:
-    lowering = LOWERINGS.get(schema.functional)
-    return lowering is not None and lowering.static_scalars
 
 
 def _build(schema, args, kwargs, desc, shapes, varying):
@@ -539,7 +534,7 @@ class BucketedPlan:
             buffers = _widened(buffers, desc.handles, self.widen)
         flat = [*buffers, np.asarray(sizes, np.int64)]
         if desc.scalars and self.static_scalars is None:
-            flat += [PYTHON_SCALAR_TYPES.get(type(v), np.asarray)(v) for v in desc.scalars]
+            flat += [host_scalar(v) for v in desc.scalars]
         STATS["calls"] += 1
         if deferred._mode["fused"]:  # recorded: a segment of bucketed calls repeats within the bucket
             reach = max((sizes[k] for k in self.growing_at), default=0)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import torch
 
-from ..lowering import LOWERINGS
 from ..runtime import storages
 from .schema import Kind, OpSchema
 
@@ -90,10 +89,8 @@ def plan_key(schema: OpSchema, entries: list, index: int, scalars=()) -> tuple:
     dtypes and sizes are left out: they change no plan decision, and the plan's jit retraces for
     new buffer types itself."""
     key = (*entries, index)  # a plan allocates its results on one device
-    if scalars:
-        lowering = LOWERINGS.get(schema.functional)
-        if lowering is not None and lowering.static_scalars:
-            key += tuple(scalars)  # the scalars shape the result: one plan per value
+    if scalars and schema.static_scalars:
+        key += tuple(scalars)  # the scalars shape the result: one plan per value
     return key
 
 

@@ -13,13 +13,12 @@ from __future__ import annotations
 import functools
 import threading
 
-import numpy as np
 import torch
 
 from .. import config
 from ..runtime import executables, storages
 from ..runtime.core import urgent
-from ..runtime.dtypes import PYTHON_SCALAR_TYPES, UnsupportedDtypeError
+from ..runtime.dtypes import UnsupportedDtypeError, host_scalar
 from . import buckets, overlap, recompiles
 from .describe import (
     NO_DEVICE,
@@ -148,7 +147,7 @@ def _run_in_one_pass(schema: OpSchema, plans: dict, args):
         return None
     if plan.simple:
         if scalars:
-            found += [_lookup_scalar_type(type(v), np.asarray)(v) for v in scalars]
+            found += [host_scalar(v) for v in scalars]
         return plan.run_buffers(found)
     desc = CallDescription(bits)
     desc.key, desc.handles, desc.buffers, desc.index = entries, handles, found, index
@@ -160,8 +159,6 @@ def _run_in_one_pass(schema: OpSchema, plans: dict, args):
             desc.sharing.setdefault(handle, n)
     return plan.execute(args, {}, desc)
 
-
-_lookup_scalar_type = PYTHON_SCALAR_TYPES.get
 
 
 def _run_described(schema: OpSchema, plans: dict, args, kwargs, resized: bool = False):

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..lowering import asserts, calling
 from ..runtime import deferred, device_asserts, executables, storages, transfer
-from ..runtime.dtypes import PYTHON_SCALAR_TYPES, to_jax
+from ..runtime.dtypes import host_scalar, to_jax
 from ..runtime.generators import next_seed_and_offset
 from ..runtime.layout import apply_math_bits, flatten, read, write
 from .describe import CallDescription, buffers_of, device_error
@@ -25,7 +25,6 @@ _fused = deferred._mode  # {"fused": bool}: record plans in the current segment 
 _capture = deferred._capture  # {"recording": None or the graph capture in progress, ...}
 _NOT_COMPILED_FOR = executables.NOT_COMPILED_FOR
 _bind = storages.bind
-_lookup_scalar_type = PYTHON_SCALAR_TYPES.get
 
 
 class Slot:
@@ -112,7 +111,7 @@ class PlanExecution:
             return self._call_outside_jit(args, kwargs, desc, buffers, rng)
         flat = list(buffers) if self.in_order else [buffers[g] for g in self.arg_groups]
         if desc.scalars:
-            flat += [_lookup_scalar_type(type(v), np.asarray)(v) for v in desc.scalars]
+            flat += [host_scalar(v) for v in desc.scalars]
         if self.traced_offsets or self.traced_strides:
             flat.append(self._layout_args_of(desc))
         rng_at = -1
@@ -149,7 +148,7 @@ class PlanExecution:
     def _execute_simple(self, args, kwargs, desc: CallDescription):
         flat = buffers_of(desc, run=True) if desc.missing else desc.buffers
         if desc.scalars:
-            flat = [*flat, *[_lookup_scalar_type(type(v), np.asarray)(v) for v in desc.scalars]]
+            flat = [*flat, *[host_scalar(v) for v in desc.scalars]]
         return self.run_buffers(flat)
 
     def run_buffers(self, flat):

@@ -36,6 +36,7 @@ class OpSchema:
     leading_operands: int
     scalar_args: frozenset
     list_returns: tuple  # per return: whether it is a list of tensors (an empty list, not None, when absent)
+    static_scalars: bool  # the lowering's scalars shape its result (arange): one plan per value
 
     @property
     def mutates(self) -> bool:
@@ -67,7 +68,8 @@ def parse(op: torch._ops.OpOverload) -> OpSchema:
     return OpSchema(op, names, kinds, dict(zip(names, kinds)), written, out_args, aliases,
                     functional, view, _sees_math_bits(op), leading,
                     frozenset(i for i in range(leading) if kinds[i] is Kind.SCALAR),
-                    tuple(str(r.type).startswith("List") for r in s.returns))
+                    tuple(str(r.type).startswith("List") for r in s.returns),
+                    lowering is not None and lowering.static_scalars)
 
 
 def _sees_math_bits(op: torch._ops.OpOverload) -> bool:

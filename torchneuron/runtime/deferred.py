@@ -34,7 +34,7 @@ import numpy as np
 
 from .. import config
 from . import assert_messages, compilation_cache, devices, executables
-from .dtypes import PYTHON_SCALAR_TYPES
+from .dtypes import HOST_SCALAR_IDENTS, PYTHON_SCALAR_TYPES
 
 # A bounded segment: a longer one is flushed (what a pending segment holds alive stays bounded,
 # and its program compiles in bounded time).
@@ -114,6 +114,7 @@ def stop_capture():
     """(the capture's recording, its segment); recording goes back to what it was."""
     global _segment
     recording, segment = _capture["recording"], _segment
+    STATS["ops"] += len(segment.nodes)
     _capture["recording"] = None
     _mode["fused"] = _capture["was_fused"]
     _segment = Segment()
@@ -178,6 +179,7 @@ def _out_avals(function, signature: tuple) -> list:
 
 _HOST_SCALARS = frozenset(PYTHON_SCALAR_TYPES.values())
 _CARRIES_DTYPE: dict = {}  # type -> whether its values have a dtype (arrays; not Python numbers)
+_scalar_ident = HOST_SCALAR_IDENTS.get  # (a memoized host scalar's (dtype, bytes), read once)
 
 
 def record(function, flat, device_index: int, rng_at: int = -1, reach: int = 0) -> list:
@@ -224,7 +226,7 @@ def record(function, flat, device_index: int, rng_at: int = -1, reach: int = 0) 
             # a Python number is a new numpy scalar per call: equal ones (bit for bit) are one input
             # of the segment (`x * 1.001 + 0.001` in a loop: two inputs, not two per step)
             if kind in _HOST_SCALARS:
-                ident = (a.dtype, a.tobytes())
+                ident = _scalar_ident(id(a)) or (a.dtype, a.tobytes())
             elif _CARRIES_DTYPE.get(kind) or _CARRIES_DTYPE.setdefault(kind, hasattr(a, "dtype")):
                 ident = id(a)
             else:
@@ -245,7 +247,6 @@ def record(function, flat, device_index: int, rng_at: int = -1, reach: int = 0) 
         segment.nodes.append((function, tuple(refs)))
         outputs = [Pending(segment, node, i, aval) for i, aval in enumerate(avals)]
         segment.outputs.append(outputs)
-        STATS["ops"] += 1
         if node + 1 >= MAX_NODES and recording is None:
             held = list(outputs)  # (the caller's values: referenced, so live in the flush)
             flush("segment length")
@@ -307,6 +308,7 @@ def flush(reason: str = "flush", drain: bool = True) -> None:
             if not _segment.nodes:  # (drain flushed it: a storage grew from a pending value)
                 return
         segment, _segment = _segment, Segment()
+        STATS["ops"] += len(segment.nodes)  # (counted here: one addition a segment, not one an op)
         STATS["segments"] += 1
         STATS[f"flush:{reason}"] += 1
         # live: a value something besides the segment refers to (a storage, a failure word, a caller)
@@ -398,7 +400,7 @@ def stats() -> dict:
     programs, and the number of flushes per reason."""
     with _lock:
         flushes = {k.split(":", 1)[1]: v for k, v in STATS.items() if k.startswith("flush:")}
-        return {"mode": "fused" if _mode["fused"] else "strict", "ops": STATS["ops"],
+        return {"mode": "fused" if _mode["fused"] else "strict", "ops": STATS["ops"] + len(_segment.nodes),
                 "segments": STATS["segments"], "segment_compiles": STATS["segment_compiles"],
                 "segment_hits": STATS["segments"] - STATS["segment_compiles"],
                 "values_out": STATS["values_out"], "cached_segments": len(_SEGMENTS),

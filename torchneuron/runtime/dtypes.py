@@ -1,6 +1,8 @@
 """torch dtype <-> JAX dtype, in one table."""
 from __future__ import annotations
 
+import math
+
 import jax.numpy as jnp
 import numpy as np
 import torch
@@ -29,6 +31,31 @@ JAX_TO_TORCH = {np.dtype(v): k for k, v in TORCH_TO_JAX.items()}
 # Python numbers as numpy scalars of the dtype PyTorch gives them: they reach jitted code faster
 # than Python numbers, and never as JAX's weak types.
 PYTHON_SCALAR_TYPES = {float: np.float64, int: np.int64, bool: np.bool_, complex: np.complex128}
+
+# The numpy scalar of each Python float and int an op has met (up to HOST_SCALAR_MEMO_SIZE per
+# type): a loop's constants (`x * 1.001`) are converted once, and fused eager tells equal scalars
+# apart by HOST_SCALAR_IDENTS instead of reading their bytes per op. Values whose equality hides
+# their bits (0.0 and -0.0; NaN, equal to nothing) are converted each time.
+HOST_SCALAR_MEMO_SIZE = 4096
+_HOST_SCALAR_MEMOS: dict = {float: {}, int: {}}
+# id of a memoized numpy scalar (held by its memo for the process: the id stays its) -> (dtype, bytes)
+HOST_SCALAR_IDENTS: dict = {}
+
+
+def host_scalar(value):
+    """`value` (a Python number, or anything numpy takes) as the numpy scalar or array a jitted
+    call takes: PYTHON_SCALAR_TYPES' type for Python numbers."""
+    kind = type(value)
+    memo = _HOST_SCALAR_MEMOS.get(kind)
+    if memo is not None:
+        found = memo.get(value)
+        if found is not None:
+            return found
+    scalar = PYTHON_SCALAR_TYPES.get(kind, np.asarray)(value)
+    if memo is not None and value and not (kind is float and math.isnan(value)) and len(memo) < HOST_SCALAR_MEMO_SIZE:
+        memo[value] = scalar
+        HOST_SCALAR_IDENTS[id(scalar)] = (scalar.dtype, scalar.tobytes())
+    return scalar
 
 # CPU's acc_type where it is wider than the computation dtype (at::acc_type<T, false>): some CPU
 # kernels (scans, the zeta series) accumulate in it, and matching them needs the same width.
