@@ -139,7 +139,9 @@ class PlanExecution:
             for ti, buf in zip(self.written_tensor, outputs[:n_written]):
                 if handles[ti]:
                     _bind(handles[ti], buf)
-                    if _capture["recording"] is not None:
+            if _capture["recording"] is not None:
+                for ti in self.written_tensor:
+                    if handles[ti]:
                         deferred.keep(desc.tensors[ti].untyped_storage())
         if self.single_fresh:
             return self._single_result(outputs[n_written])
