@@ -32,7 +32,7 @@ def test_both_paths_find_the_same_plan(monkeypatch):
         c = a * b.t()
     # the one-pass path finds the plan the general path built: it runs without building another
     n = len(plans)
-    d = driver._run_in_one_pass(schema, plans, (a, b.t()))
+    d = driver._run_in_one_pass(schema, plans, (a, b.t()), {})
     assert d is not None and len(plans) == n
     torch.testing.assert_close(d.cpu(), c.cpu())
     torch.testing.assert_close(c.cpu(), a.cpu() * b.t().cpu())
@@ -81,7 +81,7 @@ def test_python_scalars_take_the_one_pass_path_to_the_general_paths_plan(op, sca
     plans = driver.plans_of(getattr(aten, op).Tensor)
     n = len(plans)
     target = on_neuron.clone()
-    got = driver._run_in_one_pass(schema, plans, (target, scalar))
+    got = driver._run_in_one_pass(schema, plans, (target, scalar), {})
     assert got is not None and len(plans) == n
     torch.testing.assert_close((target if op.endswith("_") else got).cpu(), expected)
     torch.testing.assert_close(first.cpu(), expected)
@@ -93,9 +93,48 @@ def test_a_bool_scalar_takes_the_one_pass_path():
     with torch.profiler.profile():
         on_neuron * True
     plans = driver.plans_of(aten.mul.Tensor)
-    got = driver._run_in_one_pass(parse(aten.mul.Tensor), plans, (on_neuron, False))
+    got = driver._run_in_one_pass(parse(aten.mul.Tensor), plans, (on_neuron, False), {})
     assert got is not None
     torch.testing.assert_close(got.cpu(), x * False)
+
+
+def _attention_on_cpu(q, k, v, scale):
+    return (torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=scale),)
+
+
+@pytest.mark.parametrize("op, args, kwargs, reference", [
+    (aten.gelu.default, lambda x: (x,), {"approximate": "tanh"}, None),  # a keyword-only static argument
+    (aten.nll_loss_forward.default,  # an absent optional tensor among the leading operands
+     lambda x: (x.log_softmax(-1), torch.tensor([1, 0, 3, 2, 1]).to(x.device), None, 1, -100), {}, None),
+    (aten._scaled_dot_product_fused_attention_overrideable.default,  # (the dispatcher drops the defaults)
+     lambda x: (x.view(1, 1, 5, 4), x.view(1, 1, 5, 4) * 2, x.view(1, 1, 5, 4) + 1), {"scale": 0.5},
+     _attention_on_cpu),
+])
+def test_absent_operands_and_static_keywords_take_the_one_pass_path_to_the_general_paths_plan(
+        op, args, kwargs, reference, monkeypatch):
+    monkeypatch.setattr(buckets, "ENABLED", False)
+    x = torch.randn(5, 4)
+    on_neuron = x.to("neuron")
+    with torch.profiler.profile():  # the profiler runs every call through the general path
+        first = op(*args(on_neuron), **kwargs)
+    plans = driver.plans_of(op)
+    n = len(plans)
+    got = driver._run_in_one_pass(parse(op), plans, args(on_neuron), kwargs)
+    assert got is not None and len(plans) == n  # keyed alike: the general path's plan ran
+    expected = reference(*args(x), **kwargs) if reference else op(*args(x), **kwargs)
+    as_tuple = (lambda r: r if isinstance(r, tuple) else (r,))
+    for g, f, e in zip(as_tuple(got), as_tuple(first), as_tuple(expected)):
+        if e.numel():
+            torch.testing.assert_close(g.cpu(), e)
+            torch.testing.assert_close(f.cpu(), e)
+
+
+def test_a_keyword_tensor_leaves_the_call_to_the_general_path():
+    x = torch.randn(3).to("neuron")
+    x + x  # (a plan for the positional call)
+    assert driver._run_in_one_pass(parse(aten.add.Tensor), driver.plans_of(aten.add.Tensor), (x,),
+                                   {"other": x}) is None
+    torch.testing.assert_close(torch.add(x, other=x).cpu(), x.cpu() * 2)
 
 
 def test_a_written_cpu_scalar_tensor_is_still_a_device_mix():

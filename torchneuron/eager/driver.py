@@ -71,10 +71,9 @@ def run(schema: OpSchema, plans: dict, args, kwargs):
         return _hook[1](schema, plans, args, kwargs, _run_described)
     if urgent.value:  # storages.maybe_drain, without the call
         storages.drain()
-    if not kwargs:
-        result = _run_in_one_pass(schema, plans, args)
-        if result is not None:
-            return result
+    result = _run_in_one_pass(schema, plans, args, kwargs)
+    if result is not None:
+        return result
     return _run_described(schema, plans, args, kwargs)
 
 
@@ -83,12 +82,14 @@ def run_op(op, *args, **kwargs):
     return run(parse(op), plans_of(op), args, kwargs)
 
 
-def _run_in_one_pass(schema: OpSchema, plans: dict, args):
-    """The common call in one pass: positional arguments, Python scalars among the leading
-    operands (0-dim CPU tensors among them: scalars too), static arguments (dims, sizes, flags)
-    and absent optional ones after them, tensors on one neuron device, every storage already
-    written. Returns None, having run nothing, for any other call or a call without a plan yet:
-    `describe` handles those (and raises their errors)."""
+def _run_in_one_pass(schema: OpSchema, plans: dict, args, kwargs):
+    """The common call in one pass: positional arguments, Python scalars and absent optional
+    tensors among the leading operands (0-dim CPU tensors among them: scalars too), static
+    arguments (dims, sizes, flags) and absent optional ones after them and among the keyword
+    arguments (gelu's `approximate`, attention's `scale`), tensors on one neuron device, every
+    storage already written. Returns None, having run nothing, for any other call or a call
+    without a plan yet: `describe` handles those (and raises their errors), and keys a call as
+    this pass does."""
     entries, handles, found = [], [], []
     shared = statics = False
     scalars = ()
@@ -106,6 +107,10 @@ def _run_in_one_pass(schema: OpSchema, plans: dict, args):
                     entries.append(None)
                 else:
                     return None
+                statics = True
+                continue
+            if t is None:  # an absent optional operand (attention's mask, nll_loss's weight)
+                entries.append(None)
                 statics = True
                 continue
             if kind is not float and kind is not int and kind is not bool:
@@ -140,6 +145,18 @@ def _run_in_one_pass(schema: OpSchema, plans: dict, args):
         entries.append(tensor_key(t, first, bits))
     if index == NO_DEVICE:
         return None
+    if kwargs:  # keyed after the positional arguments, name then value, as `describe` keys them
+        kinds = schema.kind_by_name
+        for name, value in kwargs.items():
+            arg_kind = kinds[name]
+            if arg_kind is Kind.STATIC:
+                entries.append(name)
+                entries.append(tuple(value) if type(value) is list else value)
+            elif value is None and (arg_kind is Kind.TENSOR or arg_kind is Kind.SCALAR):
+                entries.append(name)
+                entries.append(None)
+            else:
+                return None
     if shared:
         entries.append(shared_offsets(t for t in args if isinstance(t, torch.Tensor) and t.get_device() >= 0))
     plan = plans.get(plan_key(schema, entries, index, scalars))
@@ -157,7 +174,7 @@ def _run_in_one_pass(schema: OpSchema, plans: dict, args):
     for n, handle in enumerate(handles):
         if handle:
             desc.sharing.setdefault(handle, n)
-    return plan.execute(args, {}, desc)
+    return plan.execute(args, kwargs, desc)
 
 
 
