@@ -182,12 +182,14 @@ class PlanExecution:
         return t
 
     def _results(self, args, kwargs, fresh_buffers):
-        made = [(path, storages.new_tensor(prototype, lay.shape, lay.stride, buf))
-                for (path, lay, _), prototype, buf in zip(self.fresh, self.fresh_prototypes, fresh_buffers)]
+        tensors = [storages.new_tensor(prototype, lay.shape, lay.stride, buf)
+                   for (_, lay, _), prototype, buf in zip(self.fresh, self.fresh_prototypes, fresh_buffers)]
         if _capture["recording"] is not None:
-            for _, t in made:
+            for t in tensors:
                 deferred.keep(t.untyped_storage())
-        return self._assemble(args, kwargs, made)
+        if self.fresh_in_order:
+            return tuple(tensors)
+        return self._assemble(args, kwargs, [(path, t) for (path, _, _), t in zip(self.fresh, tensors)])
 
     def _assemble(self, args, kwargs, made):
         schema = self.schema

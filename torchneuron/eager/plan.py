@@ -139,6 +139,10 @@ class Plan(PlanExecution):
                   and [path for path, _, _ in self.fresh] == [(0,)])
         lay = self.fresh[0][1] if single else None
         self.single_fresh = (lay.shape, lay.stride, self.fresh_prototypes[0], lay.numel > 0) if single else None
+        # Every return a fresh tensor, in order (layer norm's output, mean and rstd): returned as made.
+        returns = schema.return_aliases
+        self.fresh_in_order = (len(returns) > 1 and all(alias is None for alias in returns) and not self.int_results
+                               and [path for path, _, _ in self.fresh] == [(r,) for r in range(len(returns))])
         self.in_order = self.arg_groups == list(range(len(buffers)))
         self.random = draws_random(lowering, functional, self.template_args, self.template_kwargs)
         # the lowering checks conditions on the device: the device's failure word goes through the call
