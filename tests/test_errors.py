@@ -148,6 +148,11 @@ def test_unsafe_out_casts_raise_cpus_error(fn):
     lambda x: torch.clamp(x, None, None),
     lambda x: x.clone().clamp_(),
     lambda x: torch.clamp(x, out=torch.empty(3, device=x.device)),
+    # a source of another dtype (PyTorch's meta kernels cast it; a cache filled under autocast met it)
+    lambda x: x.clone().index_copy_(0, torch.tensor([1], device=x.device), x[:1].bfloat16()),
+    lambda x: torch.index_copy(x, 0, torch.tensor([1], device=x.device), x[:1].double()),
+    lambda x: x.clone().index_add_(0, torch.tensor([1], device=x.device), x[:1].bfloat16()),
+    lambda x: torch.index_add(x, 0, torch.tensor([1], device=x.device), x[:1].double(), alpha=2),
 ])
 def test_op_checks_raise_cpus_error(fn):
     _same_error(fn, torch.randn(3))
@@ -158,6 +163,11 @@ def test_checked_ops_still_compute():
     v = torch.tensor([0.5, 0.5, 0.5])
     torch.testing.assert_close(torch.heaviside(x.to("neuron"), v.to("neuron")).cpu(), torch.heaviside(x, v))
     torch.testing.assert_close(torch.clamp(x.to("neuron"), min=0).cpu(), torch.clamp(x, min=0))
+    index = torch.tensor([2, 0])
+    torch.testing.assert_close(x.to("neuron").index_copy_(0, index.to("neuron"), v[:2].to("neuron")).cpu(),
+                               x.clone().index_copy_(0, index, v[:2]))
+    torch.testing.assert_close(torch.index_add(x.to("neuron"), 0, index.to("neuron"), v[:2].to("neuron"), alpha=3).cpu(),
+                               torch.index_add(x, 0, index, v[:2], alpha=3))
     out = torch.empty(0, dtype=torch.long, device="neuron")
     torch.testing.assert_close(torch.nonzero(x.to("neuron"), out=out).cpu(), torch.nonzero(x))
     torch.testing.assert_close(torch.add(x.to("neuron"), 1, out=torch.empty(3, dtype=torch.float64,
