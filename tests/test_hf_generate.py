@@ -175,3 +175,33 @@ def test_a_left_padded_batch_decodes_as_on_cpu(kind, graphs):
     got = _generate(model, prompt, **{**settings, "attention_mask": mask.to("neuron")})
     assert got.equal(expected)
     assert [s.replays for s in _steps(model)] == [27]
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_a_second_call_runs_the_programs_of_the_first(kind, graphs):
+    """The held cache is allocated before the first call's prefill (as transformers does for its
+    chunked prefill), so every call, the first included, reads its length from the cache's tensors
+    and records the same fused segments: a second call compiles (almost) nothing. Filled lazily,
+    the first call's prefill took other paths and the second compiled six segments of its own."""
+    model = _model(kind).to("neuron")
+    prompt = torch.randint(0, 256, (1, 7), generator=torch.Generator().manual_seed(10))
+    first = _generate(model, prompt, max_new_tokens=24, min_new_tokens=24)
+    before = torchneuron.eager_stats()["segment_compiles"]
+    assert _generate(model, prompt, max_new_tokens=24, min_new_tokens=24).equal(first)
+    # (one: the first decode step after the prefill is eager in the first call, replayed after)
+    assert torchneuron.eager_stats()["segment_compiles"] - before <= 1
+    (cache, _), = generate._STATE[model].held.values()
+    assert all(layer.is_initialized for layer in cache.layers)
+
+
+def test_generate_under_autocast_fills_its_cache_lazily(graphs):
+    """Under autocast GPT-2's keys reach the cache in the autocast dtype, not the model's: the cache
+    is left to take their dtype at its first update (allocated early in the model's, the update's
+    copy would refuse them)."""
+    model = _model("gpt2").to("neuron")
+    prompt = torch.randint(0, 256, (1, 5), generator=torch.Generator().manual_seed(11))
+    with torch.autocast("neuron", dtype=torch.bfloat16):
+        got = _generate(model, prompt, max_new_tokens=10, min_new_tokens=10)
+    assert got.shape == (1, 15)
+    (cache, _), = generate._STATE[model].held.values()
+    assert {layer.keys.dtype for layer in cache.layers} == {torch.bfloat16}

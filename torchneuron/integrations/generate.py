@@ -16,7 +16,9 @@ encoder-decoder and recurrent models, models transformers does not mark compilea
 implementations other than "sdpa" and "eager" (a registered kernel may not read the mask), quantized
 models and models placed over several devices (`hf_device_map`), and models
 whose static cache has layers other than plain `StaticLayer` (sliding windows keep Python state a
-replay would not advance). A replay assumes what the recording read stays where it was: the held
+replay would not advance). The held cache is allocated before the first prefill, as transformers
+allocates its chunked prefill's, so the first call and the later ones take the same paths and run
+the same programs. A replay assumes what the recording read stays where it was: the held
 caches and their graphs are keyed by the model's parameter and buffer storages, dtype, training
 flag and attention implementation, so moving or reloading the model records anew (and drops what
 it held for the storages it left).
@@ -26,6 +28,8 @@ from __future__ import annotations
 import collections
 import functools
 import weakref
+
+import torch
 
 from .. import config, graphs
 from ..lowering import padding
@@ -83,13 +87,30 @@ def _held_cache(model, generation_config, batch_size: int, max_cache_length: int
         cache = StaticCache(config=text_config, max_cache_len=length)
         if not all(type(layer) is StaticLayer for layer in cache.layers):
             return None
+        if _initialize_early(model, cache, batch):
+            # its zeros computed now: the reset below records as it does in every later call
+            torch.neuron.synchronize(model.device)
         entry = (cache, _Step(weakref.ref(model)))  # (the held step must not keep the model alive)
-    else:
-        entry[0].reset()
+    entry[0].reset()
     state.held[key] = entry
     while len(state.held) > HELD:
         state.held.popitem(last=False)
     return entry
+
+
+def _initialize_early(model, cache, batch: int) -> bool:
+    """Allocate the cache's layers now, where transformers can tell their shapes, as it does for
+    its chunked prefill (whether it did). A cache filled lazily by the first call's prefill takes
+    other code paths in that call (its length is a Python 0, not the layers' tensor) than in the
+    calls that reuse it, and each path compiles its own programs."""
+    shape = getattr(model, "_get_static_cache_init_shape", None)
+    shape = shape() if shape is not None else None
+    if shape is None or torch.is_autocast_enabled(model.device.type):  # (autocast: keys of another dtype)
+        return False
+    num_heads, head_dim = shape
+    cache.early_initialization(batch_size=batch, num_heads=num_heads, head_dim=head_dim, dtype=model.dtype,
+                               device=model.device)
+    return True
 
 
 class _Step:
