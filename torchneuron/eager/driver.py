@@ -177,7 +177,6 @@ def _run_in_one_pass(schema: OpSchema, plans: dict, args, kwargs):
     return plan.execute(args, kwargs, desc)
 
 
-
 def _run_described(schema: OpSchema, plans: dict, args, kwargs, resized: bool = False):
     if urgent.value:
         storages.drain()
