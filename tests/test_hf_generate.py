@@ -194,10 +194,27 @@ def test_a_second_call_runs_the_programs_of_the_first(kind, graphs):
     assert all(layer.is_initialized for layer in cache.layers)
 
 
+def test_a_cache_allocated_with_the_wrong_shapes_allocates_again_at_its_first_update(graphs):
+    """The early allocation takes transformers' shapes from the config, which are wrong for Falcon's
+    multi-query attention (one key head, not four): the first update allocates again from the keys
+    it gets, and the tokens are CPU's."""
+    torch.manual_seed(0)
+    config = transformers.FalconConfig(vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                       multi_query=True, new_decoder_architecture=False, max_position_embeddings=256)
+    model = transformers.FalconForCausalLM(config).eval()
+    prompt = torch.randint(0, 256, (1, 6), generator=torch.Generator().manual_seed(12))
+    expected = _generate(model, prompt, max_new_tokens=12, min_new_tokens=12)
+    model = model.to("neuron")
+    for _ in range(2):
+        assert _generate(model, prompt, max_new_tokens=12, min_new_tokens=12).equal(expected)
+    (cache, _), = generate._STATE[model].held.values()
+    assert {layer.keys.shape[1] for layer in cache.layers} == {1}
+
+
 def test_generate_under_autocast_fills_its_cache_lazily(graphs):
-    """Under autocast GPT-2's keys reach the cache in the autocast dtype, not the model's: the cache
-    is left to take their dtype at its first update (allocated early in the model's, the update's
-    copy would refuse them)."""
+    """Under autocast GPT-2's keys reach the cache in the autocast dtype, not the model's: allocated
+    early in the model's dtype, the cache allocates again in theirs at its first update (the
+    update's copy would refuse them)."""
     model = _model("gpt2").to("neuron")
     prompt = torch.randint(0, 256, (1, 5), generator=torch.Generator().manual_seed(11))
     with torch.autocast("neuron", dtype=torch.bfloat16):

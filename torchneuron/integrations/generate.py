@@ -99,18 +99,43 @@ def _held_cache(model, generation_config, batch_size: int, max_cache_length: int
 
 
 def _initialize_early(model, cache, batch: int) -> bool:
-    """Allocate the cache's layers now, where transformers can tell their shapes, as it does for
-    its chunked prefill (whether it did). A cache filled lazily by the first call's prefill takes
-    other code paths in that call (its length is a Python 0, not the layers' tensor) than in the
-    calls that reuse it, and each path compiles its own programs."""
+    """Allocate the cache's layers now, with the shapes transformers gives its chunked prefill's
+    cache (whether it did). A cache filled lazily by the first call's prefill takes other code paths
+    in that call (its length is a Python 0, not the layers' tensor) than in the calls that reuse it,
+    and each path compiles its own programs. Those shapes come from the config, which can mislead
+    (Falcon's multi-query attention): each layer checks them at its first update."""
     shape = getattr(model, "_get_static_cache_init_shape", None)
     shape = shape() if shape is not None else None
-    if shape is None or torch.is_autocast_enabled(model.device.type):  # (autocast: keys of another dtype)
+    if shape is None:
         return False
     num_heads, head_dim = shape
     cache.early_initialization(batch_size=batch, num_heads=num_heads, head_dim=head_dim, dtype=model.dtype,
                                device=model.device)
+    checked = _checked_layer_class(type(cache.layers[0]))
+    for layer in cache.layers:
+        layer.__class__ = checked
+        layer.unchecked = True
     return True
+
+
+@functools.cache
+def _checked_layer_class(static_layer):
+    class CheckedStaticLayer(static_layer):
+        """A StaticLayer allocated early that checks, at its first update, the allocation against
+        the keys and values the model gives it, and allocates again from them (as transformers
+        would lazily) where they differ: another head count or size, or a dtype (autocast)."""
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            if self.unchecked:
+                self.unchecked = False
+                keys, values = self.keys, self.values
+                if (keys.shape[:2] != key_states.shape[:2] or keys.shape[-1] != key_states.shape[-1]
+                        or values.shape[-1] != value_states.shape[-1] or keys.dtype != key_states.dtype
+                        or values.dtype != value_states.dtype or keys.device != key_states.device):
+                    self.is_initialized = False
+            return super().update(key_states, value_states, *args, **kwargs)
+
+    return CheckedStaticLayer
 
 
 class _Step:
