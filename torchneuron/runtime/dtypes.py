@@ -57,6 +57,7 @@ def host_scalar(value):
         HOST_SCALAR_IDENTS[id(scalar)] = (scalar.dtype, scalar.tobytes())
     return scalar
 
+
 # CPU's acc_type where it is wider than the computation dtype (at::acc_type<T, false>): some CPU
 # kernels (scans, the zeta series) accumulate in it, and matching them needs the same width.
 CPU_ACC_TYPE = {np.dtype(jnp.float32): jnp.float64, np.dtype(jnp.complex64): jnp.complex128}
