@@ -296,6 +296,74 @@ def test_a_second_process_runs_linalg_programs_loaded_untraced(tmp_path):
             torch.testing.assert_close(torch.tensor(run[name]), value, rtol=1e-4, atol=1e-4, msg=name)
 
 
+# Ops whose result layouts, dtypes and integer results come from their meta kernels, each in a way
+# a stored plan must give back: a gapped view's strides kept by clone, TensorIterator's permuted
+# output, several fresh results, values with indices, a promoted dtype, an out= tensor, in place.
+_PLANS_PROGRAM = """
+    import json, os, torch, torchneuron
+    device = os.environ.get("DEVICE", "neuron")
+    torch.manual_seed(0)
+    x = torch.randn(3, 8)
+    ids = torch.arange(12).reshape(1, 12)
+    def values(device):
+        a, i = x.to(device), ids.to(device)
+        out = torch.empty(3, 8, device=device)
+        y = a.clone()
+        y.add_(1.5)
+        results = {
+            "clone_gapped": i[:, -1:].clone(),
+            "permuted_add": a.t() + a.t(),
+            "layer_norm": torch.native_layer_norm(a, (8,), None, None, 1e-5),
+            "max_dim": a.max(dim=1),
+            "promoted": i.float() * 0.5 + i,
+            "out": torch.add(a, 2.0, out=out),
+            "in_place": y,
+            "sorted": a.sort(dim=0),
+        }
+        flat = {}
+        for name, value in results.items():
+            for k, t in enumerate(value if isinstance(value, tuple) else (value,)):
+                flat[f"{name}{k}"] = {"values": t.cpu().tolist(), "stride": list(t.stride()), "dtype": str(t.dtype)}
+        return flat
+    flat = values(device)
+    stats = torchneuron.eager_stats() if device == "neuron" else {}
+    print(json.dumps({"results": flat, "built": stats.get("plans_built"), "loaded": stats.get("plans_loaded")}))
+"""
+
+
+def test_a_second_process_reads_the_plans_the_first_built(tmp_path):
+    """A warm process runs no meta kernel for plans a process before it built: it reads what they
+    told (layouts, dtypes, integer results, the program's name) from the persistent cache, and its
+    results keep CPU's values, strides and dtypes."""
+    cold, warm = _cold_and_warm(_PLANS_PROGRAM, tmp_path)
+    cpu = _run(_PLANS_PROGRAM, DEVICE="cpu", TORCHNEURON_CACHE_DIR="0")
+    assert cpu.returncode == 0, cpu.stderr[-3000:]
+    expected = _last_json(cpu.stdout)["results"]
+    assert cold["loaded"] == 0 and cold["built"] > 10
+    assert warm["built"] == 0 and warm["loaded"] == cold["built"]
+    for run in (cold, warm):
+        assert run["results"].keys() == expected.keys()
+        for name, want in expected.items():
+            got = run["results"][name]
+            assert got["stride"] == want["stride"] and got["dtype"] == want["dtype"], name
+            torch.testing.assert_close(torch.tensor(got["values"]), torch.tensor(want["values"]), msg=name)
+
+
+def test_a_torn_stored_plan_is_built_again(tmp_path):
+    _cold_and_warm(_PLANS_PROGRAM, tmp_path)
+    for entry in tmp_path.iterdir():  # every entry torn: plans, programs, values
+        if entry.is_file() and entry.name.startswith("torchneuron-"):
+            entry.write_bytes(entry.read_bytes()[:7])
+    run = _run(_PLANS_PROGRAM, TORCHNEURON_CACHE_DIR=str(tmp_path))
+    assert run.returncode == 0, run.stderr[-3000:]
+    torn = _last_json(run.stdout)
+    assert torn["loaded"] == 0 and torn["built"] > 10
+    cpu = _last_json(_run(_PLANS_PROGRAM, DEVICE="cpu", TORCHNEURON_CACHE_DIR="0").stdout)["results"]
+    for name, want in cpu.items():
+        assert torn["results"][name]["stride"] == want["stride"], name
+        torch.testing.assert_close(torch.tensor(torn["results"][name]["values"]), torch.tensor(want["values"]))
+
+
 def test_concurrent_processes_share_one_cache_directory(tmp_path):
     env = _environment(TORCHNEURON_CACHE_DIR=str(tmp_path))
     procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(_PROGRAM)], stdout=subprocess.PIPE,

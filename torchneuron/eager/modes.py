@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 
 from ..runtime import deferred
-from . import buckets
+from . import buckets, plan_store
 
 MODES = ("strict", "fused")
 
@@ -31,8 +31,9 @@ def eager_mode(mode: str):
 def eager_stats() -> dict:
     """The current mode and fused eager's counters: ops recorded, segments run and compiled,
     cache hits, cached segment programs, ops pending now, and flushes per reason; and eager
-    bucketing's: calls run at a bucket, bucketed plans built and refused."""
-    return {**deferred.stats(), **buckets.stats()}
+    bucketing's: calls run at a bucket, bucketed plans built and refused; and the eager plans built
+    from meta kernels in this process against those read from the persistent cache."""
+    return {**deferred.stats(), **buckets.stats(), **plan_store.stats()}
 
 
 def _after_optimizer_step(optimizer, args, kwargs) -> None:

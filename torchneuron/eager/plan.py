@@ -17,7 +17,7 @@ from ..lowering import LOWERINGS, META_OVERRIDES, Lowering, calling, draws_rando
 from ..runtime import device_asserts, devices, executables
 from ..runtime.dtypes import scalar_type_name
 from ..runtime.layout import Layout, canonical_stride, contiguous_stride
-from . import overlap
+from . import overlap, plan_store
 from .describe import TRACED_OFFSET, CallDescription, is_tensor_entry, key_of
 from .execute import PlanExecution, Slot
 from .schema import Kind, OpSchema
@@ -96,36 +96,45 @@ class Plan(PlanExecution):
         self.bits = [(t.is_conj(), t.is_neg()) for t in tensors]
         self.static_scalars = list(desc.scalars) if lowering.static_scalars else None
 
-        meta_args, meta_kwargs, meta_tensors = self._meta_call(args, kwargs, buffers)
         self.template_args, self.template_kwargs = template_of(schema, args, kwargs)
-        if lowering.data_dependent:
-            self.meta_out = None
-            if self.op in META_OVERRIDES:  # for a data-dependent op, a check of its arguments
-                META_OVERRIDES[self.op](*meta_args, **meta_kwargs)
-        else:
-            self.meta_out = self._meta_outputs(meta_args, meta_kwargs)
-        # A meta kernel that cannot tell the output shape (x[mask]) makes this call data dependent.
-        self.data_dependent = lowering.data_dependent or (self.meta_out is None and not schema.written)
+        # What the meta kernel tells follows from the plan key: a later process reads it back.
+        stored_key = plan_store.key_for(schema, desc, lowering)
+        record = plan_store.load(stored_key)
+        if record is None:
+            meta_args, meta_kwargs, meta_tensors = self._meta_call(args, kwargs, buffers)
+            if lowering.data_dependent:
+                self.meta_out = None
+                if self.op in META_OVERRIDES:  # for a data-dependent op, a check of its arguments
+                    META_OVERRIDES[self.op](*meta_args, **meta_kwargs)
+            else:
+                self.meta_out = self._meta_outputs(meta_args, meta_kwargs)
+            # A meta kernel that cannot tell the output shape (x[mask]) makes this call data dependent.
+            self.data_dependent = lowering.data_dependent or (self.meta_out is None and not schema.written)
 
-        # out= tensors whose size the op changes are resized first (PyTorch's resize_output).
-        for i, mt in enumerate(meta_tensors):
-            if mt is not None and (tuple(mt.shape) != self.layouts[i].shape
-                                   or tuple(mt.stride()) != self.layouts[i].stride):
-                self.resize.append((i, tuple(mt.shape), tuple(mt.stride())))
-        if self.resize:
-            return
+            # out= tensors whose size the op changes are resized first (PyTorch's resize_output).
+            for i, mt in enumerate(meta_tensors):
+                if mt is not None and (tuple(mt.shape) != self.layouts[i].shape
+                                       or tuple(mt.stride()) != self.layouts[i].stride):
+                    self.resize.append((i, tuple(mt.shape), tuple(mt.stride())))
+            if self.resize:  # (never kept: a call that resizes runs the meta kernel, and its warning, each time)
+                return
+        else:
+            self.meta_out, self.data_dependent = None, False
 
         self.writes = self._writes()  # [(tensor index, functional return path)]
         overlap.check(self.layouts, self.groups, {ti for ti, _ in self.writes},
                       [d.itemsize for d in self.dtypes])
-        self.fresh = self._fresh()  # [(functional return path, Layout, dtype)]
-        # Integer results (fused attention's max_q/max_k) follow from the key: the meta kernel's.
-        self.int_results = self._int_results()
+        if record is None:
+            self.fresh = self._fresh()  # [(functional return path, Layout, dtype)]
+            # Integer results (fused attention's max_q/max_k) follow from the key: the meta kernel's.
+            self.int_results = self._int_results()
+            self.compute_dtype = self._compute_dtype(meta_args, meta_kwargs)
+            # Layouts are part of the plan key, so flags derived from them are fixed per plan.
+            self.layout_flags = calling.static_flags(functional, lowering, meta_args, meta_kwargs, self.meta_out)
+        else:
+            self.fresh, self.int_results, self.compute_dtype, self.layout_flags, identity = record
         # empty tensors of each fresh output's dtype and device: new tensors are made from them
         self.fresh_prototypes = [torch.empty(0, dtype=dt, device=self.device) for _, _, dt in self.fresh]
-        self.compute_dtype = self._compute_dtype(meta_args, meta_kwargs)
-        # Layouts are part of the plan key, so flags derived from them are fixed per plan.
-        self.layout_flags = calling.static_flags(functional, lowering, meta_args, meta_kwargs, self.meta_out)
         self.written_groups = sorted({self.groups[ti] for ti, _ in self.writes})
         self.read_groups = [g for g in range(len(buffers)) if g not in set(self.written_groups)]
         # For each written group, the position of one of its tensors (to find its handle per call).
@@ -149,7 +158,11 @@ class Plan(PlanExecution):
         self.checked = lowering.checks and device_asserts.ENABLED
         # compiled per buffer signature, its executables in the runtime's bounded cache; unnamed
         # (never loaded untraced, never shared): user code, which the name cannot cover
-        identity = None if lowering.user_code else self._identity(schema, desc)
+        if record is None:
+            identity = None if lowering.user_code else self._identity(schema, desc)
+            if not self.data_dependent:
+                plan_store.store(stored_key, (self.fresh, self.int_results, self.compute_dtype, self.layout_flags,
+                                              identity))
         # Results on the plan's device, always: a program whose arguments hold no device array (a
         # factory: `arange`, `full`) or whose only one goes unread (`zero_`, `fill_`: XLA drops it)
         # would otherwise run on the first core. (A plan's name holds its device.)

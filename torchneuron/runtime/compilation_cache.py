@@ -214,6 +214,15 @@ def output_avals_key(identity: str, avals: tuple) -> str | None:
     return _STORED_PREFIX + hashlib.sha256(text.encode()).hexdigest()
 
 
+def value_key(kind: str, text: str) -> str | None:
+    """The store's key of a small value of `kind` named by `text` (what it depends on, as text),
+    or None while the cache is off or the text holds a per-process value (an object's address)."""
+    if _directory is None or " at 0x" in text:
+        return None
+    text = repr((text, kind, _settings(), _code_version()))
+    return _STORED_PREFIX + hashlib.sha256(text.encode()).hexdigest()
+
+
 def load_value(key: str):
     """A small value stored under `key` (`store_value`), or None."""
     store = _store()

@@ -94,12 +94,13 @@ class Function:
 
     __slots__ = (
         "__weakref__",
+        "_jit_options",
+        "_jitted",
         "calls",
         "compiled",
         "device",
         "fn",
         "identity",
-        "jitted",
         "kind",
         "messages",
         "name",
@@ -115,7 +116,9 @@ class Function:
         self.fn = fn  # (deferred execution composes functions' bodies into one program)
         if device is not None:  # no array argument says where it runs (factories): its results go there
             jit_options.setdefault("out_shardings", jax.sharding.SingleDeviceSharding(device))
-        self.jitted = jax.jit(fn, donate_argnums=donate_argnums, **jit_options)
+        # jax.jit when first traced: a program loaded by name is never traced (~0.1 ms a function)
+        self._jitted = None
+        self._jit_options = dict(jit_options, donate_argnums=donate_argnums)
         # the device its program runs on when no argument is a device array (a stored program is
         # loaded onto its arguments' device, else onto this one)
         self.device = device
@@ -132,6 +135,14 @@ class Function:
         self.on_empty = on_empty  # called once the cache evicted every executable of this function
         self.out_avals: dict = {}  # input (shape, dtype)s -> its outputs' (fused eager records by them)
         self.segments = 0  # cached fused segments whose programs run it (runtime/deferred.py)
+
+    @property
+    def jitted(self):
+        """`fn` under jax.jit (made at the first trace)."""
+        jitted = self._jitted
+        if jitted is None:
+            jitted = self._jitted = jax.jit(self.fn, **self._jit_options)
+        return jitted
 
     def __call__(self, *args):
         self.calls += 1
