@@ -79,6 +79,19 @@ def test_capture_records_again_for_a_new_shape():
     assert f.recordings == 2 and f.replays == 2
 
 
+@pytest.mark.parametrize("warmup", [0, 2])
+def test_capture_records_after_the_warmup_calls_it_is_given(warmup):
+    f = torchneuron.capture(lambda a, b: (a @ b).relu() + 1, warmup=warmup)
+    seen = []
+    for _ in range(warmup + 3):
+        a, b = torch.randn(3, 4), torch.randn(4, 2)
+        torch.testing.assert_close(f(a.to("neuron"), b.to("neuron")).cpu(), (a @ b).relu() + 1)
+        seen.append((f.recordings, f.replays))
+    assert seen == [(0, 0)] * warmup + [(1, 0), (1, 1), (1, 2)]
+    with pytest.raises(ValueError, match="warmup"):
+        torchneuron.capture(lambda a: a, warmup=-1)
+
+
 def test_neuron_graph_replays_after_new_data_is_copied_into_static_inputs():
     want = _strict_losses()
     model, step = _gpt_step()

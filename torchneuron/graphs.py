@@ -99,11 +99,12 @@ def _signature(args) -> tuple:
 
 
 class _Captured:
-    """torchneuron.capture(fn): per argument signature, eager on the first call, recorded on the
-    second, replayed after."""
+    """torchneuron.capture(fn): per argument signature, eager for the first `warmup` calls, recorded
+    on the next, replayed after."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, warmup: int = 1):
         self.fn = fn
+        self.warmup = warmup
         self.graphs: dict = {}  # signature -> (graph, result template, fresh result positions) | None
         self.calls: dict = {}
         self.recordings = 0
@@ -115,8 +116,8 @@ class _Captured:
         found = self.graphs.get(key)
         if found is not None:
             return self._replay(found, handles)
-        self.calls[key] = self.calls.get(key, 0) + 1
-        if self.calls[key] == 1:  # warm-up: lazily made state (optimizer moments) exists after it
+        calls = self.calls[key] = self.calls.get(key, 0) + 1
+        if calls <= self.warmup:  # warm-up: lazily made state (optimizer moments) exists after it
             return self.fn(*args, **kwargs)
         return self._record(key, handles, args, kwargs)
 
@@ -162,12 +163,15 @@ class _Captured:
         return pytree.tree_unflatten(out, spec)
 
 
-def capture(fn):
+def capture(fn, warmup: int = 1):
     """`fn`, recorded once per argument signature and replayed as one executable call after: tensor
     arguments are bound per call (no copies into static inputs), a new shape, dtype or device
-    records a new graph. The first call of a signature runs eagerly, so state that the step makes
-    lazily (optimizer moments) exists when the second call records it."""
-    return _Captured(fn)
+    records a new graph. The first `warmup` calls of a signature run eagerly, so state that the step
+    makes lazily (optimizer moments) exists when the next call records it; 0 records the first call
+    (a step that makes no state of its own)."""
+    if warmup < 0:
+        raise ValueError(f"capture: warmup must be 0 or more, not {warmup}")
+    return _Captured(fn, warmup)
 
 
 def make_graphed_callables(callables, sample_args, num_warmup_iters: int = 3, allow_unused_input: bool = False,

@@ -6,8 +6,9 @@ the caller chose no cache, `generate` on neuron runs with a static cache whose l
 generation's bucket (`lowering.padding.bucket`, the size rule eager and compiled buckets use): every
 decode step of a (batch, bucket) has the same shapes. transformers already decodes a compileable
 cache through `get_compiled_call` on neuron; here that call is `torchneuron.capture` of the model's
-call instead of `torch.compile`: recorded on a signature's second step, replayed as one executable
-call after, with no Dynamo tracing in a fresh process. The tokens are the dynamic cache's (the
+call instead of `torch.compile`: recorded on a signature's first step (the prefill has run the
+model: what it makes lazily exists), replayed as one executable call after, with no Dynamo tracing
+in a fresh process. The tokens are the dynamic cache's (the
 padded positions are masked); `TORCHNEURON_GENERATE_GRAPHS=0` keeps transformers' default.
 
 Left alone (transformers' own path): a cache or `cache_implementation` the caller chose, a cache
@@ -145,7 +146,7 @@ class _Step:
 
     def __init__(self, model_ref):
         self.model_ref = model_ref
-        self.recorded = graphs.capture(self.eager)
+        self.recorded = graphs.capture(self.eager, warmup=0)
         self.refused = None  # why recording failed (the steps run eagerly)
 
     def eager(self, *args, **kwargs):
