@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -347,6 +348,29 @@ def test_a_second_process_reads_the_plans_the_first_built(tmp_path):
             got = run["results"][name]
             assert got["stride"] == want["stride"] and got["dtype"] == want["dtype"], name
             torch.testing.assert_close(torch.tensor(got["values"]), torch.tensor(want["values"]), msg=name)
+
+
+def _unpickled(path):
+    try:
+        return pickle.loads(path.read_bytes())
+    except Exception:  # noqa: BLE001  (executables, and other entries)
+        return None
+
+
+def test_a_process_whose_first_plan_is_the_same_reads_the_others_from_one_bundle(tmp_path):
+    cold, _ = _cold_and_warm(_PLANS_PROGRAM, tmp_path)
+    removed = 0
+    for entry in tmp_path.iterdir():  # every plan's own record: only the bundle is left to read them from
+        value = _unpickled(entry)
+        if type(value) is tuple and len(value) == 5:
+            entry.unlink()
+            removed += 1
+    assert removed == cold["built"]
+    run = _run(_PLANS_PROGRAM, TORCHNEURON_CACHE_DIR=str(tmp_path))
+    assert run.returncode == 0, run.stderr[-3000:]
+    bundled = _last_json(run.stdout)
+    assert bundled["built"] == 0 and bundled["loaded"] == cold["built"]
+    assert bundled["results"] == cold["results"]
 
 
 def test_a_torn_stored_plan_is_built_again(tmp_path):

@@ -37,6 +37,7 @@ class OpSchema:
     scalar_args: frozenset
     list_returns: tuple  # per return: whether it is a list of tensors (an empty list, not None, when absent)
     static_scalars: bool  # the lowering's scalars shape its result (arange): one plan per value
+    name: str  # "aten.add.Tensor" (str(op), which costs a microsecond a call)
 
     @property
     def mutates(self) -> bool:
@@ -69,7 +70,7 @@ def parse(op: torch._ops.OpOverload) -> OpSchema:
                     functional, view, _sees_math_bits(op), leading,
                     frozenset(i for i in range(leading) if kinds[i] is Kind.SCALAR),
                     tuple(str(r.type).startswith("List") for r in s.returns),
-                    lowering is not None and lowering.static_scalars)
+                    lowering is not None and lowering.static_scalars, str(op))
 
 
 def _sees_math_bits(op: torch._ops.OpOverload) -> bool:

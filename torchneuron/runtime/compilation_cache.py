@@ -15,6 +15,7 @@ and leaves the process compiling without it; results never depend on the cache.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import pathlib
@@ -75,22 +76,24 @@ class DirectoryStore(CacheInterface):
 
     def __init__(self, path: str):
         self._path = pathlib.Path(path)
+        self._directory = str(path)
         self._written = 0
         self._first_write = True
 
     def get(self, key: str) -> bytes | None:
-        path = self._path / key
+        path = os.path.join(self._directory, key)  # (a warm start reads hundreds: no pathlib per read)
         try:
-            value = path.read_bytes()
+            with open(path, "rb") as f:
+                value = f.read()
         except FileNotFoundError:
             return None
         with contextlib.suppress(OSError):
             os.utime(path)  # (recently used: pruned last)
         return value
 
-    def put(self, key: str, value: bytes) -> None:
+    def put(self, key: str, value: bytes, replace: bool = False) -> None:
         target = self._path / key
-        if target.exists():
+        if not replace and target.exists():
             return
         with tempfile.NamedTemporaryFile(dir=self._path, prefix=".partial-", delete=False) as f:
             try:
@@ -202,7 +205,12 @@ def stored_key(identity: str, args, options, device=None) -> str | None:
 
 def _settings() -> tuple:
     return (config.PLATFORM, config.CORES, config.DEVICE_ASSERTS, str(torch.get_default_dtype()),
-            torch.are_deterministic_algorithms_enabled(), jax.devices()[0].device_kind)
+            torch.are_deterministic_algorithms_enabled(), _device_kind())
+
+
+@functools.cache
+def _device_kind() -> str:
+    return jax.devices()[0].device_kind
 
 
 def output_avals_key(identity: str, avals: tuple) -> str | None:
@@ -233,12 +241,13 @@ def load_value(key: str):
         return None
 
 
-def store_value(key: str, value) -> None:
-    """Keep a small picklable value under `key` (a failed write only loses it)."""
+def store_value(key: str, value, replace: bool = False) -> None:
+    """Keep a small picklable value under `key` (a failed write only loses it); `replace`: in place
+    of one stored before (else that one stays)."""
     target = _store()
     if target is not None:
         with contextlib.suppress(Exception):
-            target.put(key, pickle.dumps(value))
+            target.put(key, pickle.dumps(value), replace=replace)
 
 
 def _store():
