@@ -129,6 +129,38 @@ def test_absent_operands_and_static_keywords_take_the_one_pass_path_to_the_gener
             torch.testing.assert_close(f.cpu(), e)
 
 
+@pytest.mark.parametrize("op, args, kwargs", [
+    (aten.arange.default, (7,), {"dtype": torch.int64}),  # (its scalar keys the plan: a static scalar)
+    (aten.full.default, ([2, 3], 1.5), {"dtype": torch.float32}),  # a traced scalar after a static size
+    (aten.full.default, ([4], True), {"dtype": torch.bool}),
+    (aten.scalar_tensor.default, (-float("inf"),), {"dtype": torch.float32}),
+])
+@pytest.mark.parametrize("index", [0, 1])
+def test_factories_take_the_one_pass_path_to_the_general_paths_plan(op, args, kwargs, index):
+    """A call without tensors, its device a keyword: keyed as the general path keys it, on the
+    device it names, values as on CPU (a traced fill value read anew per call)."""
+    device = torch.device("neuron", index)
+    with torch.profiler.profile():  # the profiler runs every call through the general path
+        first = op(*args, **kwargs, device=device)
+    plans = driver.plans_of(op)
+    n = len(plans)
+    again = list(args)
+    if op is aten.full.default:
+        again[1] = 0.25 if again[1] is not True else False
+    got = driver._run_in_one_pass(parse(op), plans, tuple(again), {**kwargs, "device": device})
+    assert got is not None and len(plans) == n and got.device == device == first.device
+    assert got.dtype == first.dtype == kwargs["dtype"]
+    torch.testing.assert_close(first.cpu(), op(*args, **kwargs))
+    torch.testing.assert_close(got.cpu(), op(*again, **kwargs))
+
+
+def test_a_factory_without_a_plan_for_its_device_builds_one():
+    torch.full([3], 2.0, device="neuron:0")
+    on_one = torch.full([3], 2.0, device="neuron:1")
+    assert on_one.device == torch.device("neuron", 1)
+    torch.testing.assert_close(on_one.cpu(), torch.full([3], 2.0))
+
+
 def test_a_keyword_tensor_leaves_the_call_to_the_general_path():
     x = torch.randn(3).to("neuron")
     x + x  # (a plan for the positional call)

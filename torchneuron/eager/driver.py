@@ -89,9 +89,10 @@ def _run_in_one_pass(schema: OpSchema, plans: dict, args, kwargs):
     arguments (gelu's `approximate`, attention's `scale`), tensors on one neuron device, every
     storage already written. Returns None, having run nothing, for any other call or a call
     without a plan yet: `describe` handles those (and raises their errors), and keys a call as
-    this pass does."""
+    this pass does. A call without tensors (a factory: `arange`, `full`, its device a keyword)
+    takes it when its plan is the simple kind."""
     entries, handles, found = [], [], []
-    shared = statics = False
+    shared = statics = host_tensors = False
     scalars = ()
     index = NO_DEVICE
     bits = schema.math_bits
@@ -105,6 +106,9 @@ def _run_in_one_pass(schema: OpSchema, plans: dict, args, kwargs):
                     entries.append(tuple(t) if kind is list else t)
                 elif t is None and (arg_kind is Kind.TENSOR or arg_kind is Kind.SCALAR):
                     entries.append(None)
+                elif arg_kind is Kind.SCALAR and (kind is float or kind is int or kind is bool):
+                    entries.append(kind)  # (`full`'s fill value, after its size)
+                    scalars = [*scalars, t]
                 else:
                     return None
                 statics = True
@@ -125,6 +129,7 @@ def _run_in_one_pass(schema: OpSchema, plans: dict, args, kwargs):
                 # as `describe` takes it: a 0-dim CPU tensor the op reads is a traced scalar
                 if t.dim() or t.device.type != "cpu" or position in schema.written:
                     return None
+                host_tensors = True
                 entries.append(("cpu", t.dtype))
                 scalars = [*scalars, t.item()]
                 continue
@@ -143,8 +148,8 @@ def _run_in_one_pass(schema: OpSchema, plans: dict, args, kwargs):
                 return None
             found.append(buf)
         entries.append(tensor_key(t, first, bits))
-    if index == NO_DEVICE:
-        return None
+    if index == NO_DEVICE and (host_tensors or not kwargs):
+        return None  # (no neuron tensor: only a factory, whose device is a keyword, takes this path)
     if kwargs:  # keyed after the positional arguments, name then value, as `describe` keys them
         kinds = schema.kind_by_name
         for name, value in kwargs.items():
@@ -160,7 +165,7 @@ def _run_in_one_pass(schema: OpSchema, plans: dict, args, kwargs):
     if shared:
         entries.append(shared_offsets(t for t in args if isinstance(t, torch.Tensor) and t.get_device() >= 0))
     plan = plans.get(plan_key(schema, entries, index, scalars))
-    if plan is None:
+    if plan is None or (index == NO_DEVICE and not plan.simple):
         return None
     if plan.simple:
         if scalars:
