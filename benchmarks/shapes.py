@@ -6,8 +6,8 @@
    with no cache chosen (on CPU Hugging Face's dynamic cache: every step's sequence length is new).
    Timed on neuron in a fresh process with an empty persistent cache, in a fresh process with the
    cache the first one filled, and again in the same process (the second call, which may share the
-   CPU with background promotions of the first call's hot programs, and the median of three calls
-   once those are done, `executables.wait_for_promotions()`),
+   CPU with background promotions of the first call's hot programs, and the median of three calls,
+   each once the promotions begun so far are done, `executables.wait_for_promotions()`),
    for: the default (fused eager, and a static cache of the bucketed length whose decode steps
    replay as one recorded graph each, torchneuron/integrations/generate.py); transformers' dynamic
    cache in fused eager (TORCHNEURON_GENERATE_GRAPHS=0: a decode step two fused segments, bucketed
@@ -50,9 +50,9 @@ GENERATE = """
     model = model.to(device)
     runs = []
     for call in range({repeats}):
-        if call == 2 and device == 'neuron':  # settled: hot programs' background promotions done
-            from torchneuron.runtime import executables
-            executables.wait_for_promotions()
+        if call >= 2 and device == 'neuron':  # settled: hot programs' background promotions done
+            from torchneuron.runtime import executables  # (each call's own included: they start
+            executables.wait_for_promotions()           # as programs reach their 16th call)
         start_memory, start = resident(), time.perf_counter()
         with torch.no_grad():
             out = model.generate(prompt.to(device), max_new_tokens=64, do_sample=False, min_new_tokens=64)
