@@ -161,6 +161,22 @@ def test_a_factory_without_a_plan_for_its_device_builds_one():
     torch.testing.assert_close(on_one.cpu(), torch.full([3], 2.0))
 
 
+@pytest.mark.parametrize("make", [lambda: torch.full([2], 1.5, device="neuron"),
+                                  lambda: torch.arange(3, device="neuron"),
+                                  lambda: torch.zeros(2, device="neuron")])
+def test_a_factory_on_neuron_without_an_index_runs_on_the_current_device(make):
+    """As on CUDA: device="neuron" means the current device, whichever made the plan first."""
+    expected = make().cpu()
+    try:
+        for index in (0, 1, 0, 1):
+            torch.neuron.set_device(index)
+            made = make()
+            assert made.device == torch.device("neuron", index)
+            torch.testing.assert_close(made.cpu(), expected)
+    finally:
+        torch.neuron.set_device(0)
+
+
 def test_a_keyword_tensor_leaves_the_call_to_the_general_path():
     x = torch.randn(3).to("neuron")
     x + x  # (a plan for the positional call)

@@ -72,6 +72,7 @@ def tensor_key(t: torch.Tensor, first: int, math_bits: bool) -> tuple:
 
 
 TRACED_OFFSET = -1  # a plan key's offset of a view not at its storage's start
+_current_device = torch._C._accelerator_hooks_get_current_device
 
 
 def is_tensor_entry(entry) -> bool:
@@ -88,7 +89,9 @@ def plan_key(schema: OpSchema, entries: list, index: int, scalars=()) -> tuple:
     """The plan key from the tensors' and static arguments' entries and the device index. Buffer
     dtypes and sizes are left out: they change no plan decision, and the plan's jit retraces for
     new buffer types itself."""
-    key = (*entries, index)  # a plan allocates its results on one device
+    # a plan allocates its results on one device: a call without neuron tensors (a factory whose
+    # device is "neuron", no index) on the current one
+    key = (*entries, index if index != NO_DEVICE else ("current", _current_device()))
     if scalars and schema.static_scalars:
         key += tuple(scalars)  # the scalars shape the result: one plan per value
     return key
