@@ -75,13 +75,13 @@ class DirectoryStore(CacheInterface):
     """Entries as files of one directory, each written whole or not at all (rename into place)."""
 
     def __init__(self, path: str):
-        self._path = pathlib.Path(path)
-        self._directory = str(path)
+        self._path = pathlib.Path(path)  # (JAX's CacheInterface: its reset_cache reads it)
+        self._directory = str(path)  # (a warm start reads hundreds of entries: no pathlib per read)
         self._written = 0
         self._first_write = True
 
     def get(self, key: str) -> bytes | None:
-        path = os.path.join(self._directory, key)  # (a warm start reads hundreds: no pathlib per read)
+        path = os.path.join(self._directory, key)
         try:
             with open(path, "rb") as f:
                 value = f.read()
@@ -92,10 +92,10 @@ class DirectoryStore(CacheInterface):
         return value
 
     def put(self, key: str, value: bytes, replace: bool = False) -> None:
-        target = self._path / key
-        if not replace and target.exists():
+        target = os.path.join(self._directory, key)
+        if not replace and os.path.exists(target):
             return
-        with tempfile.NamedTemporaryFile(dir=self._path, prefix=".partial-", delete=False) as f:
+        with tempfile.NamedTemporaryFile(dir=self._directory, prefix=".partial-", delete=False) as f:
             try:
                 f.write(value)
             except BaseException:
@@ -112,7 +112,7 @@ class DirectoryStore(CacheInterface):
 
     def _prune_unless_recent(self) -> None:
         """Prune on the worker thread, unless a process did in the last PRUNE_EVERY seconds."""
-        marker = self._path / PRUNED_MARKER
+        marker = pathlib.Path(self._directory, PRUNED_MARKER)
         with contextlib.suppress(OSError):
             if time.time() - marker.stat().st_mtime < PRUNE_EVERY:
                 return
@@ -124,7 +124,7 @@ class DirectoryStore(CacheInterface):
         """Oldest entries out until the directory holds at most three quarters of the bound."""
         try:
             entries = []
-            for e in os.scandir(self._path):
+            for e in os.scandir(self._directory):
                 if e.name != PRUNED_MARKER and e.is_file():
                     stat = e.stat()
                     entries.append((stat.st_mtime, stat.st_size, e.path))
@@ -216,10 +216,7 @@ def _device_kind() -> str:
 def output_avals_key(identity: str, avals: tuple) -> str | None:
     """The store's key of the output shapes and dtypes of a program named `identity` for inputs of
     `avals` ((shape, dtype) each), or None while the cache is off or the name is per-process."""
-    if _directory is None or " at 0x" in identity:
-        return None
-    text = repr((identity, "output avals", avals, _settings(), _code_version()))
-    return _STORED_PREFIX + hashlib.sha256(text.encode()).hexdigest()
+    return value_key("output avals", repr((identity, avals)))
 
 
 def value_key(kind: str, text: str) -> str | None:
