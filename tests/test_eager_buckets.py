@@ -400,3 +400,24 @@ def test_attention_sizes_from_the_rule_agree_with_the_meta_kernel(shapes):
     op = torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default
     q, k, v = (torch.empty(s, device="meta") for s in shapes)
     assert buckets.TRUE_SHAPES[op](q, k, v, None, 0.0, True) == buckets._meta_results(op, (q, k, v, None, 0.0, True), {})
+
+
+def test_synchronize_waits_for_the_results_of_bucketed_calls_that_died(monkeypatch):
+    from torchneuron.runtime import devices
+    from torchneuron.runtime import synchronize as sync_module
+    if not devices.ASYNCHRONOUS:
+        pytest.skip("inline dispatch: synchronize waits for nothing")
+    waited = []
+    real = sync_module.jax.block_until_ready
+    monkeypatch.setattr(sync_module.jax, "block_until_ready", lambda xs: waited.append(len(xs)) or real(xs))
+    with torchneuron.eager_mode("strict"):
+        x = torch.randn(5, 4).to("neuron")
+        for n in range(5, 12):  # (a growing axis: bucketed after its second length)
+            x = torch.cat([x, torch.randn(1, 4).to("neuron")])
+            calls = buckets.STATS["calls"]
+            torch.neuron.synchronize()
+            x * 2  # a result that dies at once
+            bucketed = buckets.STATS["calls"] - calls
+            torch.neuron.synchronize()
+    assert bucketed == 1
+    assert waited[-1] >= 1  # (none before the fix: a bucketed call's result was not kept)

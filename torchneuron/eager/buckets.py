@@ -540,7 +540,10 @@ class BucketedPlan:
             reach = max((sizes[k] for k in self.growing_at), default=0)
             outputs = iter(deferred.record(self.function, flat, desc.index, reach=reach))
         else:
-            outputs = iter(self.function(*flat))
+            outputs = self.function(*flat)
+            if storages.KEEP_RECENT:  # (synchronize waits for them, as for any plan's results)
+                storages.keep_recent(outputs)
+            outputs = iter(outputs)
         returns = []
         for r, out, prototype in zip(self.results, results, self.prototypes):
             if r[0] == "tensor":
