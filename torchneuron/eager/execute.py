@@ -119,10 +119,10 @@ class PlanExecution:
             rng_at = len(flat)
             flat += [np.uint64(rng[0]), np.uint64(rng[1])]
         if self.checked:
-            flat.append(device_asserts.word(self.device.index))
+            flat.append(device_asserts.word(self.device_index))
         function = self.function
         if _fused["fused"]:
-            outputs = deferred.record(function, flat, self.device.index, rng_at)
+            outputs = deferred.record(function, flat, self.device_index, rng_at)
         else:
             function.calls += 1
             try:
@@ -132,7 +132,7 @@ class PlanExecution:
             if _KEEP_RECENT:
                 storages.keep_recent(outputs)
         if self.checked:
-            device_asserts.update(self.device.index, outputs[-1])
+            device_asserts.update(self.device_index, outputs[-1])
         n_written = self.n_written
         if n_written:
             handles = desc.handles
@@ -156,10 +156,10 @@ class PlanExecution:
     def run_buffers(self, flat):
         """A simple plan's call on its argument buffers: one fresh result."""
         if self.checked:
-            flat = [*flat, device_asserts.word(self.device.index)]
+            flat = [*flat, device_asserts.word(self.device_index)]
         function = self.function
         if _fused["fused"]:
-            outputs = deferred.record(function, flat, self.device.index)
+            outputs = deferred.record(function, flat, self.device_index)
         else:
             function.calls += 1
             try:
@@ -169,7 +169,7 @@ class PlanExecution:
             if _KEEP_RECENT:
                 storages.keep_recent(outputs)
         if self.checked:
-            device_asserts.update(self.device.index, outputs[-1])
+            device_asserts.update(self.device_index, outputs[-1])
         return self._single_result(outputs[0])
 
     def _single_result(self, buf):

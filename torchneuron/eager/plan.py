@@ -80,6 +80,7 @@ class Plan(PlanExecution):
         self.groups = _group_of(desc)
         tensors = desc.tensors
         self.device = desc.device if desc.device is not None else _factory_device(kwargs)
+        self.device_index = self.device.index  # (read per call: an int, not a device's attribute)
         self.layouts = [Layout(tuple(t.shape), tuple(t.stride()), t.storage_offset()) for t in tensors]
         # Views away from their storage's start, in storages no other tensor of the call uses: their
         # offsets are the program's arguments (the key does not hold them: describe.tensor_key).

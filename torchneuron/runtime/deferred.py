@@ -186,72 +186,123 @@ def record(function, flat, device_index: int, rng_at: int = -1, reach: int = 0) 
     """Record a call of `function` (an executables.Function) on `flat`, on NeuronCore
     `device_index`, in the current segment; returns its outputs as Pending values. `rng_at`: where
     the call's generator (seed, offset) pair starts in `flat` (a capture draws it anew per replay).
-    `reach`: a bucketed call's largest growing size (its arguments' and results'), else 0."""
+    `reach`: a bucketed call's largest growing size (its arguments' and results'), else 0.
+    (Every eager op of fused execution comes here: the common call, on the segment's core, short
+    of a cut, not bucketed and not captured, takes the fewest steps.)"""
     with _lock:
         segment = _segment
-        if segment.device != device_index:
-            if segment.nodes:  # one program runs on one core
-                flush("another core")
-                segment = _segment
-            segment.device = device_index
-        elif len(segment.nodes) >= CUT_AFTER and _capture["recording"] is None and _reads_nothing_pending(
-                flat, segment):
-            flush("segment length")
-            segment = _segment
-            segment.device = device_index
-        elif reach > segment.reach > 0 and _capture["recording"] is None:
-            # A size that grows past every one the segment met so far (a decode step's token ids,
-            # one position ahead of its caches): cut before it, every step alike, so the step
-            # whose ids enter the next bucket before its caches do records the two halves of the
-            # steady steps on either side (one bucket's, the next's), not a segment of its own.
-            flush("a size grew")
-            segment = _segment
-            segment.device = device_index
-        if reach:
-            segment.reach = max(segment.reach, reach)
-        refs = []
-        signature = []
-        input_index = segment.input_index
-        input_avals = segment.input_avals
+        if reach or segment.device != device_index or len(segment.nodes) >= CUT_AFTER:
+            segment = _segment_to_record_in(flat, device_index, reach)
         recording = _capture["recording"]
-        for position, a in enumerate(flat):
-            kind = type(a)
-            if kind is Pending:
-                if a.value is None and a.segment is segment:
-                    refs.append((a.node, a.out))
-                    signature.append(a.aval)
-                    continue
-                a = concrete(a)  # (computed already: its array)
+        if recording is not None:
+            refs, signature = _capture_inputs(segment, flat, recording, device_index, rng_at)
+        else:
+            refs, signature = [], []
+            input_index, input_avals = segment.input_index, segment.input_avals
+            for a in flat:
                 kind = type(a)
-            # a Python number is a new numpy scalar per call: equal ones (bit for bit) are one input
-            # of the segment (`x * 1.001 + 0.001` in a loop: two inputs, not two per step)
-            if kind in _HOST_SCALARS:
-                ident = _scalar_ident(id(a)) or (a.dtype, a.tobytes())
-            elif _CARRIES_DTYPE.get(kind) or _CARRIES_DTYPE.setdefault(kind, hasattr(a, "dtype")):
-                ident = id(a)
-            else:
-                a = np.asarray(a)
-                ident = (a.dtype, a.tobytes()) if type(a) in _HOST_SCALARS else id(a)
-            k = input_index.get(ident)
-            if k is None:
-                k = input_index[ident] = len(segment.inputs)
-                segment.inputs.append(a)
-                input_avals.append((a.shape, a.dtype))
-                if recording is not None:
-                    random = 0 <= rng_at <= position < rng_at + 2
-                    recording.sources.append(recording.source_of(a, device_index if random else None))
-            refs.append(k)
-            signature.append(input_avals[k])
-        node = len(segment.nodes)
-        avals = _out_avals(function, tuple(signature))
-        segment.nodes.append((function, tuple(refs)))
-        outputs = [Pending(segment, node, i, aval) for i, aval in enumerate(avals)]
+                if kind is Pending:
+                    if a.value is None and a.segment is segment:
+                        refs.append((a.node, a.out))
+                        signature.append(a.aval)
+                        continue
+                    a = concrete(a)  # (computed already: its array)
+                    kind = type(a)
+                # a Python number is a new numpy scalar per call: equal ones (bit for bit) are one
+                # input of the segment (`x * 1.001 + 0.001` in a loop: two inputs, not two per step)
+                if kind in _HOST_SCALARS:
+                    ident = _scalar_ident(id(a)) or (a.dtype, a.tobytes())
+                elif _CARRIES_DTYPE.get(kind) or _CARRIES_DTYPE.setdefault(kind, hasattr(a, "dtype")):
+                    ident = id(a)
+                else:
+                    a = np.asarray(a)
+                    ident = (a.dtype, a.tobytes()) if type(a) in _HOST_SCALARS else id(a)
+                k = input_index.get(ident)
+                if k is None:
+                    k = _add_input(segment, a, ident)
+                refs.append(k)
+                signature.append(input_avals[k])
+        nodes = segment.nodes
+        node = len(nodes)
+        signature = tuple(signature)
+        avals = function.out_avals.get(signature) or _out_avals(function, signature)
+        nodes.append((function, tuple(refs)))
+        if len(avals) == 1:  # (most ops: no comprehension's frame)
+            outputs = [Pending(segment, node, 0, avals[0])]
+        else:
+            outputs = [Pending(segment, node, i, aval) for i, aval in enumerate(avals)]
         segment.outputs.append(outputs)
         if node + 1 >= MAX_NODES and recording is None:
             held = list(outputs)  # (the caller's values: referenced, so live in the flush)
             flush("segment length")
             return [p.value for p in held]
         return outputs
+
+
+def _segment_to_record_in(flat, device_index: int, reach: int) -> Segment:
+    """The segment a call on `device_index` records in, the current one cut first where it must be:
+    another core's, past CUT_AFTER before a call that reads none of its values, or before a
+    bucketed call whose size grew past the segment's."""
+    segment = _segment
+    if segment.device != device_index:
+        if segment.nodes:  # one program runs on one core
+            flush("another core")
+            segment = _segment
+        segment.device = device_index
+    elif len(segment.nodes) >= CUT_AFTER and _capture["recording"] is None and _reads_nothing_pending(
+            flat, segment):
+        flush("segment length")
+        segment = _segment
+        segment.device = device_index
+    elif reach > segment.reach > 0 and _capture["recording"] is None:
+        # A size that grows past every one the segment met so far (a decode step's token ids,
+        # one position ahead of its caches): cut before it, every step alike, so the step
+        # whose ids enter the next bucket before its caches do records the two halves of the
+        # steady steps on either side (one bucket's, the next's), not a segment of its own.
+        flush("a size grew")
+        segment = _segment
+        segment.device = device_index
+    if reach:
+        segment.reach = max(segment.reach, reach)
+    return segment
+
+
+def _add_input(segment: Segment, a, ident) -> int:
+    k = segment.input_index[ident] = len(segment.inputs)
+    segment.inputs.append(a)
+    segment.input_avals.append((a.shape, a.dtype))
+    return k
+
+
+def _capture_inputs(segment: Segment, flat, recording, device_index: int, rng_at: int) -> tuple:
+    """record's inputs while a graph capture records: each new input's source noted for replay
+    (the generator's pair, drawn anew per replay, from `rng_at`)."""
+    refs, signature = [], []
+    input_index, input_avals = segment.input_index, segment.input_avals
+    for position, a in enumerate(flat):
+        kind = type(a)
+        if kind is Pending:
+            if a.value is None and a.segment is segment:
+                refs.append((a.node, a.out))
+                signature.append(a.aval)
+                continue
+            a = concrete(a)
+            kind = type(a)
+        if kind in _HOST_SCALARS:
+            ident = _scalar_ident(id(a)) or (a.dtype, a.tobytes())
+        elif _CARRIES_DTYPE.get(kind) or _CARRIES_DTYPE.setdefault(kind, hasattr(a, "dtype")):
+            ident = id(a)
+        else:
+            a = np.asarray(a)
+            ident = (a.dtype, a.tobytes()) if type(a) in _HOST_SCALARS else id(a)
+        k = input_index.get(ident)
+        if k is None:
+            k = _add_input(segment, a, ident)
+            random = 0 <= rng_at <= position < rng_at + 2
+            recording.sources.append(recording.source_of(a, device_index if random else None))
+        refs.append(k)
+        signature.append(input_avals[k])
+    return refs, signature
 
 
 def _reads_nothing_pending(flat, segment) -> bool:
