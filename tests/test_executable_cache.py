@@ -570,3 +570,30 @@ def test_a_promotion_lowers_for_its_own_shapes_when_a_call_of_other_shapes_makes
     for x in (small, large):
         np.testing.assert_allclose(np.asarray(function(x)), np.arange(x.size) * 2 + 1)
     assert function.signatures[quick.entry[1]] is not quick  # promoted: the full program serves the small shapes
+
+
+_CODE_VERSION_PROGRAM = """
+    import json
+    import torchneuron
+    from torchneuron.runtime import compilation_cache
+    hashed = []
+    real = compilation_cache._hash_code
+    compilation_cache._hash_code = lambda *a: hashed.append(1) or real(*a)
+    files = compilation_cache._code_files
+    if EDITED:  # one source as if edited: another modification time
+        compilation_cache._code_files = lambda: [(p, t + 1 if p.endswith("config.py") else t, n) for p, t, n in files()]
+    print(json.dumps({"version": compilation_cache._code_version(), "hashed": len(hashed)}))
+"""
+
+
+def test_a_second_process_reads_the_code_version_and_an_edit_hashes_it_again(tmp_path):
+    runs = []
+    for edited in (False, False, True):
+        run = _run(_CODE_VERSION_PROGRAM.replace("EDITED", str(edited)), TORCHNEURON_CACHE_DIR=str(tmp_path))
+        assert run.returncode == 0, run.stderr[-3000:]
+        runs.append(_last_json(run.stdout))
+    first, second, edited = runs
+    assert first["hashed"] == 1 and second["hashed"] == 0  # (the second lists the files, and reads no source)
+    assert second["version"] == first["version"]
+    assert edited["hashed"] == 1  # (the same bytes: the same version, hashed again from them)
+    assert edited["version"] == first["version"]
