@@ -129,3 +129,65 @@ def test_tensor_of_scalars_overloads(name):
     scalars = torch.linspace(-1.5, 2.0, len(xs))
     same(lambda a, b, c: getattr(torch, name)(a, b, c, scalars), xs, t1, t2)
     same(lambda a, b, c: getattr(torch, name + "_")(a, b, c, scalars), xs, t1, t2)
+
+
+def _long_list(device: str) -> list:
+    """Twelve tensors of every layout a list described in bulk meets, made on `device` from the
+    same values: contiguous, transposed, at an offset, strided, two views of one storage, a 0-dim
+    tensor, and the same tensor twice."""
+    g = torch.Generator().manual_seed(0)
+
+    def made(*shape):
+        return torch.randn(*shape, generator=g).to(device)
+
+    shared = made(16)[:12].reshape(3, 4)
+    xs = [made(3, 4), made(4, 3).t(), made(10)[3:8], shared[0], shared[1:], made(()), made(2, 3, 2)[:, 1], made(6)]
+    return xs + [xs[0], made(5), made(7)[::2], made(3, 4)]
+
+
+def test_long_lists_in_place_write_through_every_view_as_on_cpu():
+    a_cpu, a = _long_list("cpu"), _long_list("neuron")
+    b_cpu = [torch.randn(x.shape, generator=torch.Generator().manual_seed(i)) for i, x in enumerate(a_cpu)]
+    b = [x.to("neuron") for x in b_cpu]
+    for op in (lambda a, b: torch._foreach_addcmul_(a, b, b, 0.5), lambda a, b: torch._foreach_mul_(a, 0.9),
+               lambda a, b: torch._foreach_lerp_(a, b, 0.25)):
+        op(a_cpu, b_cpu)
+        op(a, b)
+    for x, y in zip(a, a_cpu):
+        assert x.stride() == y.stride() and x.storage_offset() == y.storage_offset()
+        torch.testing.assert_close(x.cpu(), y)
+    out = torch._foreach_sqrt(torch._foreach_abs(a))
+    torch.testing.assert_close([o.cpu() for o in out], torch._foreach_sqrt(torch._foreach_abs(a_cpu)))
+
+
+@pytest.mark.parametrize("length", [3, 10])
+def test_an_update_reading_another_index_of_the_list_it_writes_runs_in_order_as_on_cpu(length):
+    cpu = [torch.randn(4, generator=torch.Generator().manual_seed(i)) for i in range(length)]
+    dev = [x.to("neuron") for x in cpu]
+    for xs in (cpu, dev):
+        torch._foreach_add_(xs, xs[::-1])  # (the second half adds the first half's new values)
+        torch._foreach_mul_(xs, [2.0] * length)
+        torch._foreach_addcmul_(xs, xs[1:] + xs[:1], xs, 0.5)
+    torch.testing.assert_close([x.cpu() for x in dev], cpu)
+
+
+def test_long_lists_of_storages_never_written_read_zeros():
+    xs = [torch.zeros(3, device="neuron").new_empty(3).zero_() for _ in range(9)]
+    empties = [torch.empty(3, device="neuron") for _ in range(9)]
+    torch._foreach_add_(xs, 1.0)
+    torch._foreach_mul_(empties, 0.0)  # (a storage without a value reads as zeros here: * 0 keeps them finite)
+    assert all(x.cpu().tolist() == [1.0] * 3 for x in xs)
+    assert all(e.cpu().abs().sum().item() == 0 for e in empties)
+
+
+def test_a_long_list_with_a_cpu_tensor_raises_cudas_error():
+    xs = [torch.randn(3).to("neuron") for _ in range(9)] + [torch.randn(3)]
+    with pytest.raises(RuntimeError, match="same device"):
+        torch._foreach_add_(xs, [torch.randn(3).to("neuron") for _ in range(10)])
+
+
+def test_long_lists_of_conjugate_views_compute_their_values():
+    zs = [torch.randn(4, dtype=torch.complex64) for _ in range(9)]
+    cpu = [z.conj() for z in zs]
+    dev = [z.to("neuron").conj() for z in zs]
+    torch.testing.assert_close([x.cpu() for x in torch._foreach_mul(dev, 2.0)], torch._foreach_mul(cpu, 2.0))

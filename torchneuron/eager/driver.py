@@ -190,6 +190,8 @@ def _run_described(schema: OpSchema, plans: dict, args, kwargs, resized: bool = 
     key = key_of(schema, desc)
     plan = plans.get(key)
     if plan is None:
+        if desc.shared and not schema.return_aliases and _writes_across_indices(schema, args):
+            return _run_index_by_index(schema, plans, args, kwargs)
         result = buckets.run(schema, args, kwargs, desc)  # a growing size: its bucket's program
         if result is not buckets.NOT_BUCKETED:
             return result
@@ -210,3 +212,30 @@ def _run_described(schema: OpSchema, plans: dict, args, kwargs, resized: bool = 
         if _LOG_RECOMPILES:
             recompiles.log_new_plan(schema, plans, key, desc)
     return plan.execute(args, kwargs, desc)
+
+
+def _writes_across_indices(schema: OpSchema, args) -> bool:
+    """Whether a foreach op writes a storage that another index of its lists also uses (the same
+    tensor twice in the list it writes, or a view of it read at another index). CPU runs such a
+    call index by index, each element's update reading those before it; one program computes every
+    element from the values before the call."""
+    lists = [(i, value) for i, value in enumerate(args) if schema.kinds[i] is Kind.TENSORS]
+    written = [value for i, value in lists if i in schema.written]
+    if not written:
+        return False
+    indices: dict = {}  # storage handle -> the list indices using it
+    for _, value in lists:
+        for j, t in enumerate(value):
+            if isinstance(t, torch.Tensor):
+                indices.setdefault(t.untyped_storage().data_ptr(), set()).add(j)
+    return any(len(indices.get(t.untyped_storage().data_ptr(), ())) > 1
+               for value in written for t in value if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr())
+
+
+def _run_index_by_index(schema: OpSchema, plans: dict, args, kwargs) -> None:
+    """A foreach op without results, run as one call per index of its lists, in order, as CPU runs it."""
+    length = max(len(value) for i, value in enumerate(args) if schema.kinds[i] is Kind.TENSORS)
+    per_index = [schema.kinds[i] is Kind.TENSORS or (schema.kinds[i] is Kind.SCALARS and isinstance(value, (list, tuple)))
+                 for i, value in enumerate(args)]
+    for j in range(length):
+        run(schema, plans, tuple([value[j]] if listed else value for listed, value in zip(per_index, args)), kwargs)
