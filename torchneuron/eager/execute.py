@@ -136,9 +136,13 @@ class PlanExecution:
         n_written = self.n_written
         if n_written:
             handles = desc.handles
-            for ti, buf in zip(self.written_tensor, outputs[:n_written]):
-                if handles[ti]:
-                    _bind(handles[ti], buf)
+            written = list(map(handles.__getitem__, self.written_tensor)) if n_written >= 8 else ()
+            if written and 0 not in written:  # (a foreach op's many storages: bound in bulk)
+                storages.bind_each(written, outputs[:n_written])
+            else:
+                for ti, buf in zip(self.written_tensor, outputs[:n_written]):
+                    if handles[ti]:
+                        _bind(handles[ti], buf)
             if _capture["recording"] is not None:
                 for ti in self.written_tensor:
                     if handles[ti]:

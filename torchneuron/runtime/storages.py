@@ -45,6 +45,7 @@ _unflushed: list[int] = []
 KEEP_RECENT = devices.ASYNCHRONOUS
 recent: collections.deque = collections.deque(maxlen=32)
 _drain_lock = threading.Lock()
+_PENDING = deferred.Pending
 _EVENTS = (StorageEvent * 256)()
 # The same memory as rows of six integers: one tolist() reads a batch, where ctypes would build
 # an object and convert each field of every event.
@@ -57,6 +58,14 @@ def bind(handle: int, buf) -> None:
     _note_unsynced(handle)
     if type(buf) is deferred.Pending:
         _unflushed.append(handle)
+
+
+def bind_each(handles: list, bufs) -> None:
+    """`bind` for each handle (none 0) and its buffer, in bulk: a foreach op writes tens of storages."""
+    _buffers.update(zip(handles, bufs))
+    _unsynced.update(handles)
+    if _PENDING in set(map(type, bufs)):
+        _unflushed.extend(h for h, b in zip(handles, bufs) if type(b) is _PENDING)
 
 
 def bind_all(pairs) -> None:
