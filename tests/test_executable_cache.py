@@ -597,3 +597,25 @@ def test_a_second_process_reads_the_code_version_and_an_edit_hashes_it_again(tmp
     assert second["version"] == first["version"]
     assert edited["hashed"] == 1  # (the same bytes: the same version, hashed again from them)
     assert edited["version"] == first["version"]
+
+
+def test_a_warm_process_reads_its_small_values_from_one_bundle(tmp_path):
+    """Plans' records and fused segments' output shapes: one file read for all of them (and one
+    for the code version), where each was a file of its own."""
+    program = _PLANS_PROGRAM.replace("import json, os, torch, torchneuron", """import json, os, torch, torchneuron
+    from torchneuron.runtime import compilation_cache
+    reads = []  # the small values read from their files (misses left out)
+    real_read = compilation_cache._read_value
+    def counted(key):
+        found = real_read(key)
+        if found is not None:
+            reads.append(key)
+        return found
+    compilation_cache._read_value = counted""").replace(
+        '"loaded": stats.get("plans_loaded")', '"loaded": stats.get("plans_loaded"), "reads": len(reads)')
+    runs = [_run(program, TORCHNEURON_CACHE_DIR=str(tmp_path), TORCHNEURON_EAGER=mode) for mode in ("fused", "fused")]
+    assert all(run.returncode == 0 for run in runs), runs[-1].stderr[-3000:]
+    cold, warm = (_last_json(run.stdout) for run in runs)
+    assert cold["built"] > 10 and cold["reads"] == 0
+    assert warm["built"] == 0 and warm["reads"] == 2  # (before: one more for each program's output shapes)
+    assert warm["results"] == cold["results"]

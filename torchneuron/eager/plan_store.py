@@ -8,11 +8,8 @@ cache and read back by a later process: the fresh results' layouts and dtypes, i
 the compute dtype, the lowering's layout flags and the program's name. The rest of a plan
 (argument slots, writes, groups) is rebuilt from the call, as every plan is.
 
-A read is one small file (~0.1 ms here, most of it opening the file), so a process also leaves,
-at exit, the records of the plans it used (up to BUNDLED) in one bundle named after its first
-plan: a later process whose first plan is the same (the same program run again) reads the bundle
-at that plan and finds the rest in memory. A bundle only spares reads: a plan it lacks is read
-from its own file, or built.
+A read is one small file; a warm process reads them from one bundle (compilation_cache's
+bundle of small values).
 
 Stored only for plans built without error or resize (a call that resizes its out= tensors runs
 the meta kernel, and PyTorch's warning, every time), of torchneuron's own lowerings (a user's
@@ -21,19 +18,10 @@ settings and code version, so an edited torchneuron never reads a stale plan. Of
 """
 from __future__ import annotations
 
-import atexit
-import os
-import threading
-
 from ..runtime import compilation_cache, device_asserts
 from .describe import key_of
 
-BUNDLED = 4096  # plan records a bundle holds: a process's first ones
-_BUNDLE = "-plans"
 STATS = {"plans_built": 0, "plans_loaded": 0}
-_lock = threading.Lock()
-_state = {"first": None, "changed": False}  # the process's first stored key; whether it used plans its bundle lacked
-_bundle: dict = {}  # stored key -> record: the bundle read at the first plan, then the plans used since
 
 
 def key_for(schema, desc, lowering) -> str | None:
@@ -49,19 +37,7 @@ def _valid(record) -> bool:
 
 def load(key: str | None):
     """(fresh, int_results, compute_dtype, layout_flags, identity) stored under `key`, or None."""
-    record = None
-    if key is not None:
-        with _lock:
-            if _state["first"] is None:
-                _state["first"] = key
-                bundle = compilation_cache.load_value(key + _BUNDLE)
-                if type(bundle) is dict:
-                    _bundle.update(bundle)
-            record = _bundle.get(key)
-        if record is None:
-            record = compilation_cache.load_value(key)
-            if _valid(record):
-                _note(key, record)
+    record = compilation_cache.load_value(key) if key is not None else None
     if _valid(record):
         STATS["plans_loaded"] += 1
         return record
@@ -72,31 +48,6 @@ def load(key: str | None):
 def store(key: str | None, record: tuple) -> None:
     if key is not None:
         compilation_cache.store_value(key, record)
-        _note(key, record)
-
-
-def _note(key: str, record: tuple) -> None:
-    with _lock:
-        if len(_bundle) < BUNDLED:
-            _bundle[key] = record
-            _state["changed"] = True
-
-
-@atexit.register
-def _store_bundle() -> None:
-    """(At exit) the plans this process used, under its first plan's key, where its bundle lacked some."""
-    with _lock:
-        first, changed, bundle = _state["first"], _state["changed"], dict(_bundle)
-    if first is not None and changed:
-        compilation_cache.store_value(first + _BUNDLE, bundle, replace=True)
-
-
-def _forked() -> None:
-    global _lock
-    _lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forked)
 
 
 def stats() -> dict:

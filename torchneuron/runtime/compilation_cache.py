@@ -14,6 +14,7 @@ and leaves the process compiling without it; results never depend on the cache.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import hashlib
@@ -180,11 +181,11 @@ def _code_version() -> str:
         # cache names the hash of files of the same sizes and modification times (as Python
         # validates its .pyc files), so a warm process only lists them.
         memo = "code-version-" + hashlib.sha256(repr((versions, files)).encode()).hexdigest()
-        found = load_value(memo) if _directory is not None else None
+        found = load_value(memo, bundled=False) if _directory is not None else None
         if type(found) is not str:
             found = _hash_code(versions, files)
             if _directory is not None:
-                store_value(memo, found, replace=True)
+                store_value(memo, found, replace=True, bundled=False)
         _code_hash.append(found)
     return _code_hash[0]
 
@@ -259,8 +260,38 @@ def value_key(kind: str, text: str) -> str | None:
     return _STORED_PREFIX + hashlib.sha256(text.encode()).hexdigest()
 
 
-def load_value(key: str):
-    """A small value stored under `key` (`store_value`), or None."""
+# Small values (eager plans' records, programs' output shapes) are read by the hundred at a warm
+# start, one file each (~60 µs, most of it opening the file). A process also leaves, at exit, the
+# values it used (up to BUNDLED) in one bundle named after the first one it asked for: a later
+# process whose first value is the same (the same program run again) reads the bundle then and
+# finds the rest in memory. A bundle only spares reads: a value it lacks is read from its own file.
+BUNDLED = 4096
+_BUNDLE = "-values"
+_bundle: dict = {}  # key -> value: the bundle read at the first value, then every value used since
+_bundling = {"first": None, "changed": False}  # the first key asked for; whether a value was new to the bundle
+_bundle_lock = threading.Lock()
+
+
+def load_value(key: str, bundled: bool = True):
+    """A small value stored under `key` (`store_value`), or None. `bundled`: kept in this process's
+    bundle (not for values every program shares, which would name every program's bundle)."""
+    if bundled:
+        with _bundle_lock:
+            if _bundling["first"] is None:
+                _bundling["first"] = key
+                found = _read_value(key + _BUNDLE)
+                if type(found) is dict:
+                    _bundle.update(found)
+            found = _bundle.get(key)
+        if found is not None:
+            return found
+    found = _read_value(key)
+    if found is not None and bundled:
+        _note_value(key, found)
+    return found
+
+
+def _read_value(key: str):
     store = _store()
     try:
         blob = store.get(key) if store is not None else None
@@ -269,13 +300,39 @@ def load_value(key: str):
         return None
 
 
-def store_value(key: str, value, replace: bool = False) -> None:
+def store_value(key: str, value, replace: bool = False, bundled: bool = True) -> None:
     """Keep a small picklable value under `key` (a failed write only loses it); `replace`: in place
-    of one stored before (else that one stays)."""
+    of one stored before (else that one stays); `bundled` as for load_value."""
     target = _store()
     if target is not None:
         with contextlib.suppress(Exception):
             target.put(key, pickle.dumps(value), replace=replace)
+        if bundled:
+            _note_value(key, value)
+
+
+def _note_value(key: str, value) -> None:
+    with _bundle_lock:
+        if len(_bundle) < BUNDLED and key not in _bundle:
+            _bundle[key] = value
+            _bundling["changed"] = True
+
+
+def _forked() -> None:
+    global _bundle_lock
+    _bundle_lock = threading.Lock()  # (another thread of the parent may have held it)
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
+@atexit.register
+def _store_bundle() -> None:
+    """(At exit) the values this process used, under its first value's key, where its bundle lacked some."""
+    with _bundle_lock:
+        first, changed, bundle = _bundling["first"], _bundling["changed"], dict(_bundle)
+    if first is not None and changed:
+        store_value(first + _BUNDLE, bundle, replace=True, bundled=False)
 
 
 def _store():
