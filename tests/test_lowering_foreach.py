@@ -169,6 +169,8 @@ def test_an_update_reading_another_index_of_the_list_it_writes_runs_in_order_as_
         torch._foreach_mul_(xs, [2.0] * length)
         torch._foreach_addcmul_(xs, xs[1:] + xs[:1], xs, 0.5)
     torch.testing.assert_close([x.cpu() for x in dev], cpu)
+    with pytest.raises(RuntimeError, match="same number of tensors"):  # (PyTorch's error, not ours)
+        torch._foreach_add_(dev, dev[::-1][:-1])
 
 
 def test_long_lists_of_storages_never_written_read_zeros():

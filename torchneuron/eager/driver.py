@@ -221,7 +221,7 @@ def _writes_across_indices(schema: OpSchema, args) -> bool:
     element from the values before the call."""
     lists = [(i, value) for i, value in enumerate(args) if schema.kinds[i] is Kind.TENSORS]
     written = [value for i, value in lists if i in schema.written]
-    if not written:
+    if not written or len({len(value) for _, value in lists}) > 1:  # (lists of other lengths: the meta kernel's error)
         return False
     indices: dict = {}  # storage handle -> the list indices using it
     for _, value in lists:
