@@ -187,41 +187,41 @@ def record(function, flat, device_index: int, rng_at: int = -1, reach: int = 0) 
     `device_index`, in the current segment; returns its outputs as Pending values. `rng_at`: where
     the call's generator (seed, offset) pair starts in `flat` (a capture draws it anew per replay).
     `reach`: a bucketed call's largest growing size (its arguments' and results'), else 0.
-    (Every eager op of fused execution comes here: the common call, on the segment's core, short
-    of a cut, not bucketed and not captured, takes the fewest steps.)"""
+    (Every eager op of fused execution comes here: a call on the segment's core, short of a cut
+    and not bucketed, checks no cut rule.)"""
     with _lock:
         segment = _segment
         if reach or segment.device != device_index or len(segment.nodes) >= CUT_AFTER:
             segment = _segment_to_record_in(flat, device_index, reach)
         recording = _capture["recording"]
-        if recording is not None:
-            refs, signature = _capture_inputs(segment, flat, recording, device_index, rng_at)
-        else:
-            refs, signature = [], []
-            input_index, input_avals = segment.input_index, segment.input_avals
-            for a in flat:
+        refs, signature = [], []
+        input_index, input_avals = segment.input_index, segment.input_avals
+        for position, a in enumerate(flat):
+            kind = type(a)
+            if kind is Pending:
+                if a.value is None and a.segment is segment:
+                    refs.append((a.node, a.out))
+                    signature.append(a.aval)
+                    continue
+                a = concrete(a)  # (computed already: its array)
                 kind = type(a)
-                if kind is Pending:
-                    if a.value is None and a.segment is segment:
-                        refs.append((a.node, a.out))
-                        signature.append(a.aval)
-                        continue
-                    a = concrete(a)  # (computed already: its array)
-                    kind = type(a)
-                # a Python number is a new numpy scalar per call: equal ones (bit for bit) are one
-                # input of the segment (`x * 1.001 + 0.001` in a loop: two inputs, not two per step)
-                if kind in _HOST_SCALARS:
-                    ident = _scalar_ident(id(a)) or (a.dtype, a.tobytes())
-                elif _CARRIES_DTYPE.get(kind) or _CARRIES_DTYPE.setdefault(kind, hasattr(a, "dtype")):
-                    ident = id(a)
-                else:
-                    a = np.asarray(a)
-                    ident = (a.dtype, a.tobytes()) if type(a) in _HOST_SCALARS else id(a)
-                k = input_index.get(ident)
-                if k is None:
-                    k = _add_input(segment, a, ident)
-                refs.append(k)
-                signature.append(input_avals[k])
+            # a Python number is a new numpy scalar per call: equal ones (bit for bit) are one
+            # input of the segment (`x * 1.001 + 0.001` in a loop: two inputs, not two per step)
+            if kind in _HOST_SCALARS:
+                ident = _scalar_ident(id(a)) or (a.dtype, a.tobytes())
+            elif _CARRIES_DTYPE.get(kind) or _CARRIES_DTYPE.setdefault(kind, hasattr(a, "dtype")):
+                ident = id(a)
+            else:
+                a = np.asarray(a)
+                ident = (a.dtype, a.tobytes()) if type(a) in _HOST_SCALARS else id(a)
+            k = input_index.get(ident)
+            if k is None:
+                k = _add_input(segment, a, ident)
+                if recording is not None:  # (a capture draws the generator's pair anew per replay)
+                    random = 0 <= rng_at <= position < rng_at + 2
+                    recording.sources.append(recording.source_of(a, device_index if random else None))
+            refs.append(k)
+            signature.append(input_avals[k])
         nodes = segment.nodes
         node = len(nodes)
         signature = tuple(signature)
@@ -272,37 +272,6 @@ def _add_input(segment: Segment, a, ident) -> int:
     segment.inputs.append(a)
     segment.input_avals.append((a.shape, a.dtype))
     return k
-
-
-def _capture_inputs(segment: Segment, flat, recording, device_index: int, rng_at: int) -> tuple:
-    """record's inputs while a graph capture records: each new input's source noted for replay
-    (the generator's pair, drawn anew per replay, from `rng_at`)."""
-    refs, signature = [], []
-    input_index, input_avals = segment.input_index, segment.input_avals
-    for position, a in enumerate(flat):
-        kind = type(a)
-        if kind is Pending:
-            if a.value is None and a.segment is segment:
-                refs.append((a.node, a.out))
-                signature.append(a.aval)
-                continue
-            a = concrete(a)
-            kind = type(a)
-        if kind in _HOST_SCALARS:
-            ident = _scalar_ident(id(a)) or (a.dtype, a.tobytes())
-        elif _CARRIES_DTYPE.get(kind) or _CARRIES_DTYPE.setdefault(kind, hasattr(a, "dtype")):
-            ident = id(a)
-        else:
-            a = np.asarray(a)
-            ident = (a.dtype, a.tobytes()) if type(a) in _HOST_SCALARS else id(a)
-        k = input_index.get(ident)
-        if k is None:
-            k = _add_input(segment, a, ident)
-            random = 0 <= rng_at <= position < rng_at + 2
-            recording.sources.append(recording.source_of(a, device_index if random else None))
-        refs.append(k)
-        signature.append(input_avals[k])
-    return refs, signature
 
 
 def _reads_nothing_pending(flat, segment) -> bool:
