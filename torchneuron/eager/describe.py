@@ -230,7 +230,7 @@ def _add_tensor_list(desc: CallDescription, values) -> bool:
     desc.handles.extend(handles)
     firsts = list(map(desc.sharing.setdefault, handles, range(start, start + len(handles))))
     found = list(map(_lookup, handles))
-    if firsts[0] == start and firsts[-1] == start + len(firsts) - 1 and firsts == list(range(start, start + len(firsts))):
+    if firsts == list(range(start, start + len(firsts))):  # (every storage new to the call)
         desc.buffers.extend(found)
     else:  # a storage met before: its first tensor's buffer only
         desc.shared = True

@@ -223,13 +223,13 @@ def _writes_across_indices(schema: OpSchema, args) -> bool:
     written = [value for i, value in lists if i in schema.written]
     if not written or len({len(value) for _, value in lists}) > 1:  # (lists of other lengths: the meta kernel's error)
         return False
-    indices: dict = {}  # storage handle -> the list indices using it
+    indices: dict = {}  # storage handle -> the list indices using it (a storage without bytes: none)
     for _, value in lists:
         for j, t in enumerate(value):
-            if isinstance(t, torch.Tensor):
-                indices.setdefault(t.untyped_storage().data_ptr(), set()).add(j)
+            if isinstance(t, torch.Tensor) and (handle := t.untyped_storage().data_ptr()):
+                indices.setdefault(handle, set()).add(j)
     return any(len(indices.get(t.untyped_storage().data_ptr(), ())) > 1
-               for value in written for t in value if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr())
+               for value in written for t in value if isinstance(t, torch.Tensor))
 
 
 def _run_index_by_index(schema: OpSchema, plans: dict, args, kwargs) -> None:

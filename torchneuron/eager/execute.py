@@ -24,6 +24,7 @@ _KEEP_RECENT = storages.KEEP_RECENT  # (read per op: a global, not an attribute)
 _fused = deferred._mode  # {"fused": bool}: record plans in the current segment instead of running them
 _capture = deferred._capture  # {"recording": None or the graph capture in progress, ...}
 _NOT_COMPILED_FOR = executables.NOT_COMPILED_FOR
+_BIND_IN_BULK = 8  # written storages from which a call binds them in one pass (a foreach op's tens)
 _bind = storages.bind
 
 
@@ -136,8 +137,8 @@ class PlanExecution:
         n_written = self.n_written
         if n_written:
             handles = desc.handles
-            written = list(map(handles.__getitem__, self.written_tensor)) if n_written >= 8 else ()
-            if written and 0 not in written:  # (a foreach op's many storages: bound in bulk)
+            written = list(map(handles.__getitem__, self.written_tensor)) if n_written >= _BIND_IN_BULK else ()
+            if written and 0 not in written:
                 storages.bind_each(written, outputs[:n_written])
             else:
                 for ti, buf in zip(self.written_tensor, outputs[:n_written]):

@@ -98,7 +98,7 @@ class Graph:
             handles = list(handles)
             for i, handle in fresh.items():
                 handles[i] = handle
-        storages.bind_all(zip(handles, results))
+        storages.bind_each(handles, results)
         at = len(handles)
         for a in self._written_args:
             storages.bind(arg_handles[a], results[at])

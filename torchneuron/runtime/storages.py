@@ -61,23 +61,17 @@ def bind(handle: int, buf) -> None:
 
 
 def bind_each(handles: list, bufs) -> None:
-    """`bind` for each handle (none 0) and its buffer, in bulk: a foreach op writes tens of storages."""
+    """`bind` for each handle (none 0) and its buffer, in bulk (a foreach op writes tens of storages,
+    a graph replay a hundred; extra buffers are left out)."""
     _buffers.update(zip(handles, bufs))
     _unsynced.update(handles)
     if _PENDING in set(map(type, bufs)):
         _unflushed.extend(h for h, b in zip(handles, bufs) if type(b) is _PENDING)
 
 
-def bind_all(pairs) -> None:
-    """`bind` for (handle, array) pairs (a graph replay's results, a capture's restored storages)."""
-    pairs = list(pairs)
-    _buffers.update(pairs)
-    _unsynced.update(handle for handle, _ in pairs)
-
-
 def table() -> dict:
     """handle -> buffer, for the runtime's own passes over every storage (graph capture); write
-    through bind and bind_all."""
+    through bind and bind_each."""
     return _buffers
 
 
