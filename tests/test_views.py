@@ -158,6 +158,30 @@ def test_partial_overlap_raises_like_cpu():
             x[2:].add_(x[:-2])
 
 
+@pytest.mark.parametrize("write, read", [
+    (lambda x: x[:1], lambda x: x[0]),                          # a 0-dim view of the written element
+    (lambda x: x[:1], lambda x: x[:1].view(())),
+    (lambda x: x[:3].view(1, 3), lambda x: x.as_strided((1, 3), (7, 1))),  # another size-1 stride
+    (lambda x: x[:3].view(1, 3), lambda x: x[:3].view(1, 3)),  # the same strides: full, allowed
+    (lambda x: x[:4].view(2, 2), lambda x: x[:4].view(2, 2).t().t()),
+])
+def test_same_bytes_with_other_strides_overlap_partially_like_cpu(write, read):
+    # ATen calls two views of the same bytes a full overlap (in place, allowed) only when their
+    # strides are equal too
+    outcomes = []
+    for device in ("cpu", "neuron"):
+        x = torch.arange(10.0, device=device)
+        try:
+            write(x).add_(read(x))
+            outcomes.append(x.cpu())
+        except RuntimeError as e:
+            outcomes.append(str(e).split("\n")[0])
+    if isinstance(outcomes[0], str):
+        assert outcomes[1] == outcomes[0]
+    else:
+        torch.testing.assert_close(outcomes[1], outcomes[0])
+
+
 def test_inplace_on_expanded_tensor_raises_like_cpu():
     for device in ("cpu", "neuron"):
         x = torch.zeros(3, device=device).unsqueeze(0).expand(4, 3)

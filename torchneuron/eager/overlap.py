@@ -30,7 +30,10 @@ def partial_overlap(a: Layout, b: Layout) -> bool:
     a_start, a_end = a.offset, a.offset + a.numel
     b_start, b_end = b.offset, b.offset + b.numel
     if a_start == b_start and a_end == b_end:
-        return False  # full overlap: the in-place case, allowed
+        # full overlap (the in-place case, allowed) only with the same strides, as ATen compares
+        # them: a 0-dim view of a one-element tensor's element, or another stride of a size-1
+        # dimension, covers the same bytes and is still partial
+        return a.stride != b.stride
     return a_start < b_end and b_start < a_end
 
 
