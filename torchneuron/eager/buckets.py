@@ -42,7 +42,7 @@ import torch
 from jax import lax
 
 from .. import config
-from ..lowering import LOWERINGS, META_OVERRIDES, calling, draws_random, padding
+from ..lowering import LOWERINGS, META_OVERRIDES, calling, check_refusals, draws_random, padding
 from ..runtime import deferred, device_asserts, executables, storages
 from ..runtime.dtypes import host_scalar, to_jax
 from ..runtime.layout import Layout, canonical_stride, contiguous_stride, read
@@ -390,6 +390,7 @@ class BucketedPlan:
         margs, mkwargs = _replace_tensors(args, kwargs, lambda i, t: torch.empty_strided(
             shapes[i], contiguous_stride(shapes[i]) if any(varying[i]) else t.stride(), dtype=t.dtype, device="meta"))
         try:
+            check_refusals(op, margs, mkwargs)
             padded_out = META_OVERRIDES.get(op, op)(*margs, **mkwargs)
         except _META_ERRORS as e:  # a padded call the meta kernel refuses: run at exact sizes
             raise _Refused(f"its meta kernel refuses the padded sizes: {e}") from e

@@ -13,7 +13,7 @@ import inspect
 import torch
 from torch._decomp import meta_table
 
-from ..lowering import LOWERINGS, META_OVERRIDES, Lowering, calling, draws_random
+from ..lowering import LOWERINGS, META_OVERRIDES, Lowering, calling, check_refusals, draws_random
 from ..runtime import device_asserts, devices, executables
 from ..runtime.dtypes import scalar_type_name
 from ..runtime.layout import Layout, canonical_stride, contiguous_stride
@@ -103,6 +103,7 @@ class Plan(PlanExecution):
         record = plan_store.load(stored_key)
         if record is None:
             meta_args, meta_kwargs, meta_tensors = self._meta_call(args, kwargs, buffers)
+            check_refusals(self.op, meta_args, meta_kwargs)
             if lowering.data_dependent:
                 self.meta_out = None
                 if self.op in META_OVERRIDES:  # for a data-dependent op, a check of its arguments

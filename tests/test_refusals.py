@@ -1,0 +1,82 @@
+"""What CPU's kernels refuse after their meta functions accepted a call, neuron refuses at the call.
+
+Each op runs on CPU and on neuron for every dtype family; where CPU raises, neuron raises the
+same exception type (for the rules in the kernels' shared code, the same message), at the call:
+in fused eager, before anything is recorded. Where CPU runs, neuron runs and agrees.
+"""
+import pytest
+import torch
+
+DTYPES = [torch.bool, torch.uint8, torch.int64, torch.float16, torch.bfloat16, torch.float32, torch.complex64]
+
+
+def _values(dtype, device):
+    # no zero among the integers: integer division by zero raises on CPU only (a value check,
+    # which CUDA does not make)
+    if dtype.is_floating_point or dtype.is_complex:
+        return torch.tensor([0.5, -1.0, 2.0, 1.5], device=device).to(dtype)
+    return torch.tensor([1, 2, 3, 1], device=device).to(dtype)
+
+
+UNARY = {
+    "abs": torch.abs, "floor": torch.floor, "round": torch.round, "frac": torch.frac, "erf": torch.erf,
+    "bitwise_not": torch.bitwise_not, "sign": torch.sign, "signbit": torch.signbit, "logit": torch.logit,
+    "relu": torch.relu, "clamp_min": lambda x: x.clamp(min=0), "argmax": torch.argmax, "max": torch.max,
+    "max_dim": lambda x: torch.max(x, 0), "amax": torch.amax, "median": torch.median,
+    "cummax": lambda x: torch.cummax(x, 0), "std": torch.std, "var_mean": torch.var_mean,
+    "sort": torch.sort, "topk": lambda x: torch.topk(x, 1), "softmax": lambda x: torch.softmax(x, 0),
+    "abs_": lambda x: x.abs_(), "floor_out": lambda x: torch.floor(x, out=torch.empty_like(x)),
+}
+BINARY = {
+    "sub": torch.sub, "rsub_scalar": lambda x, y: torch.rsub(x, 1), "sub_python_bool": lambda x, y: x - True,
+    "maximum": torch.maximum, "max_other": torch.max, "fmin": torch.fmin, "lt": torch.lt,
+    "remainder": torch.remainder, "floor_divide": torch.floor_divide, "pow": torch.pow,
+    "atan2": torch.atan2, "hypot": torch.hypot, "bitwise_and": torch.bitwise_and,
+    "lshift": torch.bitwise_left_shift, "gcd": torch.gcd, "logaddexp": torch.logaddexp,
+    "lerp": lambda x, y: torch.lerp(x, y, 0.5), "dot": torch.dot,
+}
+CASES = [(name, fn, 1) for name, fn in UNARY.items()] + [(name, fn, 2) for name, fn in BINARY.items()]
+
+
+def _outcome(fn, arity, dtype, device):
+    x = _values(dtype, device)
+    try:
+        result = fn(x) if arity == 1 else fn(x, _values(dtype, device).flip(0))
+    except (RuntimeError, NotImplementedError) as e:
+        return type(e), str(e).split("\n")[0]
+    results = result if isinstance(result, tuple) else (result,)
+    return None, [r.cpu() for r in results]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name, fn, arity", CASES, ids=[c[0] for c in CASES])
+def test_neuron_refuses_what_cpu_refuses_and_runs_the_rest(name, fn, arity, dtype):
+    cpu_error, cpu = _outcome(fn, arity, dtype, "cpu")
+    neuron_error, neuron = _outcome(fn, arity, dtype, "neuron")
+    if cpu_error is None:
+        assert neuron_error is None, neuron
+        for c, n in zip(cpu, neuron):
+            torch.testing.assert_close(n, c, rtol=1e-2, atol=1e-2, equal_nan=True)
+        return
+    assert neuron_error is not None, (cpu, neuron)
+    # the same kind: NotImplementedError (a dtype refused) or a RuntimeError that is not one
+    assert issubclass(neuron_error, NotImplementedError) == issubclass(cpu_error, NotImplementedError), (cpu, neuron)
+    assert issubclass(neuron_error, RuntimeError)
+    if "not implemented for '" in cpu:  # a refused dtype: the op's name without CPU's kernel suffix
+        assert neuron.endswith(cpu[cpu.index(" not implemented for '"):])
+    else:
+        assert neuron == cpu.replace("on CPU", "on neuron")
+
+
+def test_a_refused_call_raises_at_the_call_in_fused_eager():
+    x = torch.ones(3, dtype=torch.complex64, device="neuron")
+    with torchneuron_fused():
+        y = x * 2  # recorded, pending
+        with pytest.raises(RuntimeError, match="argmax\\(\\): does not support complex input"):
+            torch.argmax(y)
+        torch.testing.assert_close(y.cpu(), torch.full((3,), 2, dtype=torch.complex64))
+
+
+def torchneuron_fused():
+    import torchneuron
+    return torchneuron.eager_mode("fused")

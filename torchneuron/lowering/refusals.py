@@ -1,0 +1,184 @@
+"""What CPU's and CUDA's kernels refuse after their meta functions have accepted a call.
+
+PyTorch checks some arguments in its kernels, not in the meta functions the eager driver runs:
+the dtypes a kernel is built for (`abs` of bool raises NotImplementedError, `"abs_cpu" not
+implemented for 'Bool'`) and a few rules in the kernels' shared code (`argmax` of bool, `maximum`
+of complex, subtracting a bool). Without them neuron computed an answer where CPU and CUDA
+raise, and a program that ran on neuron failed on the way back. Each rule here checks the meta
+arguments where the plan's meta kernel runs (once per plan key: dtypes are in the key) and
+raises what CPU raises; a refused dtype names the op as the kernels' dispatch does, without
+CPU's kernel suffix. Rules that depend on values (integer division by zero, which CUDA does not
+check either) are not here.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..runtime.dtypes import scalar_type_name
+from . import KernelRefusal, refuses
+
+aten = torch.ops.aten
+_INTEGRAL = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+             torch.uint16, torch.uint32, torch.uint64)
+
+
+def _bool(dtype) -> bool:
+    return dtype == torch.bool
+
+
+def _complex(dtype) -> bool:
+    return dtype.is_complex
+
+
+def _integral(dtype) -> bool:
+    return dtype in _INTEGRAL
+
+
+def _integral_or_complex(dtype) -> bool:
+    return dtype in _INTEGRAL or dtype.is_complex
+
+
+def _not_integral(dtype) -> bool:
+    return dtype not in _INTEGRAL
+
+
+def _not_integer(dtype) -> bool:
+    """Not an integer dtype (bool is none: shifts and gcd refuse it)."""
+    return dtype == torch.bool or dtype not in _INTEGRAL
+
+
+def _bool_or_complex(dtype) -> bool:
+    return dtype == torch.bool or dtype.is_complex
+
+
+def _not_floating(dtype) -> bool:
+    return not dtype.is_floating_point
+
+
+def _not_floating_or_complex(dtype) -> bool:
+    return not (dtype.is_floating_point or dtype.is_complex)
+
+
+def _self_dtype(args, kwargs):
+    """The dtype a unary op or a reduction dispatches on: its first tensor's."""
+    return next(a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)).dtype
+
+
+def _common_dtype(args, kwargs):
+    """The dtype a binary op dispatches on: its two operands' result type (a Python scalar
+    operand is weak, as in TensorIterator)."""
+    operands = [a for a in args[:2] if isinstance(a, (torch.Tensor, bool, int, float, complex))]
+    return torch.result_type(*operands) if len(operands) == 2 else _self_dtype(args, kwargs)
+
+
+def _overloads(packets) -> list:
+    """Every overload of the packets in this PyTorch: functional, in-place and out=."""
+    return [getattr(packet, name) for packet in packets for name in packet.overloads()]
+
+
+def _dtype_refusal(name: str, refused, dtype_of):
+    def check(*args, **kwargs):
+        dtype = dtype_of(args, kwargs)
+        if refused(dtype):
+            raise KernelRefusal(f'"{name}" not implemented for \'{scalar_type_name(dtype)}\'')
+    return check
+
+
+def _dtype_refused(name: str, refused, packets, dtype_of=_self_dtype) -> None:
+    """`packets`' kernels are not built for dtypes `refused` says (PyTorch's dispatch error)."""
+    refuses(_dtype_refusal(name, refused, dtype_of), *_overloads(packets))
+
+
+def _raising(message: str, refused, dtype_of, error):
+    def check(*args, **kwargs):
+        if refused(dtype_of(args, kwargs)):
+            raise error(message)
+    return check
+
+
+def _rule(message: str, refused, packets, dtype_of=_self_dtype, error=RuntimeError) -> None:
+    """`packets`' kernels raise `error(message)` for dtypes `refused` says."""
+    refuses(_raising(message, refused, dtype_of, error), *_overloads(packets))
+
+
+# ops dispatching on their first tensor's dtype (unary ops, reductions, lerp, dot): op name ->
+# dtypes refused (found by running each dtype on CPU)
+_ON_SELF = {
+    "abs": _bool, "floor": _bool, "ceil": _bool, "trunc": _bool, "round": _bool_or_complex,
+    "frac": _integral_or_complex, "logit": _complex, "erf": _complex, "erfinv": _complex, "i0": _complex,
+    "lgamma": _complex, "digamma": _complex, "bitwise_not": _not_integral, "lerp": _integral,
+    "median": _bool_or_complex, "nanmedian": _bool_or_complex, "amax": _complex, "amin": _complex,
+    "cummax": _complex, "cummin": _complex, "dot": _bool, "vdot": _bool, "_softmax": _not_floating,
+    "_log_softmax": _not_floating,
+}
+# binary ops, on their operands' common dtype
+_ON_OPERANDS = {
+    "lt": _complex, "le": _complex, "gt": _complex, "ge": _complex, "remainder": _bool_or_complex,
+    "fmod": _bool_or_complex, "floor_divide": _bool_or_complex, "pow": _bool, "atan2": _complex,
+    "hypot": _integral_or_complex, "xlogy": _complex, "copysign": _complex,
+    "nextafter": _integral_or_complex, "logaddexp": _integral, "logaddexp2": _integral,
+    "bitwise_and": _not_integral, "bitwise_or": _not_integral, "bitwise_xor": _not_integral,
+    "__and__": _not_integral, "__or__": _not_integral, "__xor__": _not_integral,
+    "__iand__": _not_integral, "__ior__": _not_integral, "__ixor__": _not_integral,
+    "bitwise_left_shift": _not_integer, "bitwise_right_shift": _not_integer, "__lshift__": _not_integer,
+    "__rshift__": _not_integer, "__ilshift__": _not_integer, "__irshift__": _not_integer,
+    "gcd": _not_integer, "lcm": _not_integer, "linalg_cross": _bool,
+}
+
+
+def _packets(name: str) -> tuple:
+    """The op and its in-place variant, where ATen has one."""
+    inplace = getattr(aten, name + "_", None) if not name.startswith("_") else None
+    return (getattr(aten, name),) + ((inplace,) if inplace is not None else ())
+
+
+for _name, _refused in _ON_SELF.items():
+    _dtype_refused(_name.strip("_"), _refused, _packets(_name))
+for _name, _refused in _ON_OPERANDS.items():
+    _dtype_refused(_name.strip("_"), _refused, _packets(_name), _common_dtype)
+
+
+def _subtracts_bool(*args, **kwargs) -> None:
+    bools = [(a.dtype if isinstance(a, torch.Tensor) else type(a)) in (torch.bool, bool) for a in args[:2]]
+    if all(bools):
+        raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported. "
+                           "Use the `^` or `logical_xor()` operator instead.")
+    if any(bools):
+        raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. "
+                           "If you are trying to invert a mask, use the `~` or `logical_not()` operator instead.")
+
+
+refuses(_subtracts_bool, *_overloads((aten.sub, aten.sub_, aten.rsub)))
+for _name in ("maximum", "minimum", "fmax", "fmin"):
+    _rule(f"{_name} not implemented for complex tensors.", _complex, (getattr(aten, _name),), _common_dtype)
+# `max` and `min`: of all elements (a refused dtype), along a dim, and of two tensors (`maximum`'s)
+for _name, _pair in (("max", "maximum"), ("min", "minimum")):
+    for _op in _overloads((getattr(aten, _name),)):
+        _arguments = [a.name for a in _op._schema.arguments]
+        if "other" in _arguments:
+            refuses(_raising(f"{_pair} not implemented for complex tensors.", _complex, _common_dtype,
+                             RuntimeError), _op)
+        elif "dim" in _arguments:
+            refuses(_raising(f"{_name}(): does not support complex input", _complex, _self_dtype, RuntimeError), _op)
+        else:
+            refuses(_dtype_refusal(f"{_name}_all", _complex, _self_dtype), _op)
+for _name in ("argmax", "argmin"):
+    _rule(f"{_name}(): does not support bool input", _bool, (getattr(aten, _name),))
+    _rule(f"{_name}(): does not support complex input", _complex, (getattr(aten, _name),))
+_rule("signbit is not implemented for complex tensors.", _complex, (aten.signbit,), error=KernelRefusal)
+_rule("std and var only support floating point and complex dtypes", _not_floating_or_complex, (aten.std, aten.var))
+for _name in ("std_mean", "var_mean"):
+    _rule(f"{_name} only support floating point and complex dtypes", _not_floating_or_complex, (getattr(aten, _name),))
+for _name in ("floor", "ceil", "trunc"):
+    _rule(f"{_name} is not supported for complex inputs", _complex, _packets(_name), error=KernelRefusal)
+_rule("In-place abs is not supported for complex tensors.", _complex, (aten.abs_,))
+# (CPU's messages, a space before two of them included)
+_rule(" Sort does not support complex dtypes on neuron", _complex, (aten.sort,))
+_rule("topk does not support bool dtypes on neuron", _bool, (aten.topk,))
+_rule(" topk does not support complex dtypes on neuron", _complex, (aten.topk,))
+_rule("Boolean inputs not supported for relu", _bool, (aten.relu, aten.relu_))
+_rule("clamp is not supported for complex types", _complex,
+      (aten.clamp, aten.clamp_, aten.clamp_min, aten.clamp_min_, aten.clamp_max, aten.clamp_max_, aten.relu,
+       aten.relu_), error=KernelRefusal)  # (CPU's relu is a clamp)
+_rule("Unlike NumPy, torch.sign is not intended to support complex numbers. Please use torch.sgn instead.",
+      _complex, (aten.sign, aten.sign_), error=KernelRefusal)
