@@ -68,6 +68,50 @@ def test_neuron_refuses_what_cpu_refuses_and_runs_the_rest(name, fn, arity, dtyp
         assert neuron == cpu.replace("on CPU", "on neuron")
 
 
+ARGUMENT_RULES = {
+    "index_add other shapes": lambda d: torch.index_add(torch.ones(3, 2, device=d), 0, torch.tensor([0, 1], device=d),
+                                                        torch.ones(2, device=d)),
+    "index_add same shapes": lambda d: torch.ones(3, 2, device=d).index_add_(-1, torch.tensor([0, 1], device=d),
+                                                                             torch.ones(3, 2, device=d)),
+    "multinomial of integers": lambda d: torch.multinomial(torch.ones(3, dtype=torch.long, device=d), 1),
+    "multinomial into doubles": lambda d: torch.multinomial(torch.ones(3, device=d), 1,
+                                                            out=torch.empty(1, dtype=torch.double, device=d)),
+    "multinomial of no samples": lambda d: torch.multinomial(torch.ones(3, device=d), 0),
+    "masked_scatter byte mask": lambda d: torch.ones(3, device=d).masked_scatter(
+        torch.ones(3, dtype=torch.uint8, device=d), torch.ones(3, device=d)),
+    "normal_ of integers": lambda d: torch.ones(3, dtype=torch.long, device=d).normal_(),
+    "normal into integers": lambda d: torch.normal(torch.ones(3, device=d), torch.ones(3, device=d),
+                                                   out=torch.empty(3, dtype=torch.long, device=d)),
+    "conv3d negative padding": lambda d: torch.nn.functional.conv3d(
+        torch.ones(1, 1, 3, 3, 3, device=d), torch.ones(1, 1, 1, 1, 1, device=d), padding=-1),
+    "conv2d zero stride": lambda d: torch.nn.functional.conv2d(torch.ones(1, 1, 3, 3, device=d),
+                                                               torch.ones(1, 1, 1, 1, device=d), stride=0),
+    "conv2d zero dilation": lambda d: torch.nn.functional.conv2d(torch.ones(1, 1, 3, 3, device=d),
+                                                                 torch.ones(1, 1, 1, 1, device=d), dilation=0),
+}
+
+
+@pytest.mark.filterwarnings("ignore:masked_scatter_ received a mask with dtype torch.uint8")
+@pytest.mark.parametrize("name", ARGUMENT_RULES)
+def test_argument_rules_of_single_ops_match_cpu(name):
+    outcomes = []
+    for device in ("cpu", "neuron"):
+        try:
+            result = ARGUMENT_RULES[name](device)
+            outcomes.append((None, result.cpu()))
+        except (RuntimeError, NotImplementedError) as e:
+            outcomes.append((type(e), str(e).split("\n")[0]))
+    (cpu_error, cpu), (neuron_error, neuron) = outcomes
+    if cpu_error is None:
+        assert neuron_error is None, neuron
+        torch.testing.assert_close(neuron, cpu)
+    elif issubclass(cpu_error, NotImplementedError):
+        assert neuron_error is not None and issubclass(neuron_error, NotImplementedError), neuron
+        assert neuron.endswith(cpu[cpu.index(" not implemented for '"):])
+    else:
+        assert (neuron_error, neuron) == (cpu_error, cpu)
+
+
 def test_a_refused_call_raises_at_the_call_in_fused_eager():
     x = torch.ones(3, dtype=torch.complex64, device="neuron")
     with torchneuron_fused():

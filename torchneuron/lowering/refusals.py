@@ -182,3 +182,72 @@ _rule("clamp is not supported for complex types", _complex,
        aten.relu_), error=KernelRefusal)  # (CPU's relu is a clamp)
 _rule("Unlike NumPy, torch.sign is not intended to support complex numbers. Please use torch.sgn instead.",
       _complex, (aten.sign, aten.sign_), error=KernelRefusal)
+
+
+# --- shape and argument rules of single ops (CPU's messages) ----------------------------------
+
+def _index_add_shapes(self, dim, index, source, *args, **kwargs) -> None:
+    """ATen's index_add: self and source agree in every dimension but `dim` (PyTorch's Python meta
+    function leaves this out)."""
+    if not isinstance(dim, int):
+        return
+    mine, theirs = list(self.shape), list(source.shape)
+    if source.dim() and self.dim():
+        if not -self.dim() <= dim < self.dim() or dim % self.dim() >= source.dim():
+            return  # (the meta kernel's own errors)
+        del mine[dim % self.dim()], theirs[dim % self.dim()]
+    if mine != theirs:
+        raise RuntimeError("source tensor shape must match self tensor shape, excluding the specified dimension. "
+                           f"Got self.shape = {list(self.shape)} source.shape = {list(source.shape)}")
+
+
+refuses(_index_add_shapes, *_overloads((aten.index_add, aten.index_add_)))
+
+
+def _multinomial_arguments(self, num_samples, replacement=False, *, generator=None, out=None) -> None:
+    if not self.dtype.is_floating_point:
+        raise RuntimeError(f"multinomial only supports floating-point dtypes for input, got: {scalar_type_name(self.dtype)}")
+    if out is not None and out.dtype != torch.int64:
+        raise RuntimeError(f"multinomial expects Long tensor out, got: {scalar_type_name(out.dtype)}")
+    if num_samples <= 0:
+        raise RuntimeError("cannot sample n_sample <= 0 samples")
+    if self.dim() and self.shape[-1] > 2**24:
+        raise RuntimeError("number of categories cannot exceed 2^24")
+
+
+refuses(_multinomial_arguments, *_overloads((aten.multinomial,)))
+
+
+def _masked_scatter_mask(self, mask, source, *args, **kwargs) -> None:
+    if mask.dtype != torch.bool:
+        raise RuntimeError(f"masked_scatter_ only supports boolean masks, but got mask with dtype "
+                           f"{scalar_type_name(mask.dtype)}")
+
+
+refuses(_masked_scatter_mask, *_overloads((aten.masked_scatter, aten.masked_scatter_)))
+
+
+def _normal_into(*args, out=None, **kwargs) -> None:
+    """normal_ and normal's out= draw floats: an integer tensor to fill is refused."""
+    target = out if out is not None else args[0]
+    if isinstance(target, torch.Tensor) and not (target.dtype.is_floating_point or target.dtype.is_complex):
+        raise KernelRefusal(f'"normal_kernel" not implemented for \'{scalar_type_name(target.dtype)}\'')
+
+
+refuses(_normal_into, aten.normal_.default, *[op for op in _overloads((aten.normal,)) if "out" in op._schema.overload_name])
+
+
+def _convolution_arguments(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups,
+                           *args, **kwargs) -> None:
+    """ATen's convolution checks its geometry before the shapes (`check_shape_forward`)."""
+    if any(p < 0 for p in padding):
+        raise RuntimeError("negative padding is not supported")
+    if any(p < 0 for p in output_padding):
+        raise RuntimeError("negative output_padding is not supported")
+    if any(s <= 0 for s in stride):
+        raise RuntimeError("non-positive stride is not supported")
+    if any(d <= 0 for d in dilation):
+        raise RuntimeError(f"dilation should be greater than zero, but got {list(dilation)}")
+
+
+refuses(_convolution_arguments, *_overloads((aten.convolution,)))
