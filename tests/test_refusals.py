@@ -124,3 +124,25 @@ def test_a_refused_call_raises_at_the_call_in_fused_eager():
 def torchneuron_fused():
     import torchneuron
     return torchneuron.eager_mode("fused")
+
+
+STORED_PLAN = """
+import json, sys, torch, torchneuron
+from torchneuron import lowering
+if sys.argv[1] == "unchecked":  # a process that stores the plan without the rule
+    lowering.load_all()
+    lowering.REFUSALS.clear()
+x = torch.ones(3, 2, device="neuron")
+try:
+    torch.index_add(x, 0, torch.tensor([0, 1], device="neuron"), torch.ones(2, device="neuron"))
+    print(json.dumps({"raised": None}))
+except RuntimeError as e:
+    print(json.dumps({"raised": str(e)}))
+"""
+
+
+def test_a_plan_read_back_from_the_persistent_cache_is_still_checked(tmp_path):
+    from torchneuron.testing.processes import runs_sharing_a_cache
+    unchecked, checked = runs_sharing_a_cache(STORED_PLAN, tmp_path, argvs=(("unchecked",), ("checked",)))
+    assert unchecked["raised"] is None
+    assert checked["raised"].startswith("source tensor shape must match self tensor shape")

@@ -98,12 +98,14 @@ class Plan(PlanExecution):
         self.static_scalars = list(desc.scalars) if lowering.static_scalars else None
 
         self.template_args, self.template_kwargs = template_of(schema, args, kwargs)
+        # (on the call's own tensors: their dtypes and shapes are the meta ones, and a plan read
+        # back from the store is checked too)
+        check_refusals(self.op, args, kwargs)
         # What the meta kernel tells follows from the plan key: a later process reads it back.
         stored_key = plan_store.key_for(schema, desc, lowering)
         record = plan_store.load(stored_key)
         if record is None:
             meta_args, meta_kwargs, meta_tensors = self._meta_call(args, kwargs, buffers)
-            check_refusals(self.op, meta_args, meta_kwargs)
             if lowering.data_dependent:
                 self.meta_out = None
                 if self.op in META_OVERRIDES:  # for a data-dependent op, a check of its arguments
