@@ -88,6 +88,18 @@ ARGUMENT_RULES = {
                                                                torch.ones(1, 1, 1, 1, device=d), stride=0),
     "conv2d zero dilation": lambda d: torch.nn.functional.conv2d(torch.ones(1, 1, 3, 3, device=d),
                                                                  torch.ones(1, 1, 1, 1, device=d), dilation=0),
+    "complex of int": lambda d: torch.complex(torch.ones(2, device=d), torch.ones(2, dtype=torch.int32, device=d)),
+    "complex of two dtypes": lambda d: torch.complex(torch.ones(2, device=d), torch.ones(2, dtype=torch.float64, device=d)),
+    "complex of doubles": lambda d: torch.complex(torch.ones(2, dtype=torch.float64, device=d),
+                                                  torch.ones(2, dtype=torch.float64, device=d)),
+    "amax over an empty dim": lambda d: torch.amax(torch.ones(2, 0, device=d), 1),
+    "amin over empty dims": lambda d: torch.amin(torch.ones(2, 0, device=d), (0, -1)),
+    "amax of an empty tensor": lambda d: torch.amax(torch.ones(2, 0, device=d)),
+    "amax over a full dim": lambda d: torch.amax(torch.ones(2, 0, device=d), 0),
+    "aminmax over an empty dim": lambda d: torch.aminmax(torch.ones(2, 0, device=d), dim=1)[0],
+    "aminmax of an empty tensor": lambda d: torch.aminmax(torch.ones(2, 0, device=d))[0],
+    "embedding of a 0-d weight": lambda d: torch.nn.functional.embedding(torch.tensor([0], device=d),
+                                                                         torch.ones((), device=d)),
 }
 
 
@@ -99,7 +111,7 @@ def test_argument_rules_of_single_ops_match_cpu(name):
         try:
             result = ARGUMENT_RULES[name](device)
             outcomes.append((None, result.cpu()))
-        except (RuntimeError, NotImplementedError) as e:
+        except (RuntimeError, NotImplementedError, IndexError) as e:
             outcomes.append((type(e), str(e).split("\n")[0]))
     (cpu_error, cpu), (neuron_error, neuron) = outcomes
     if cpu_error is None:

@@ -251,3 +251,47 @@ def _convolution_arguments(input, weight, bias, stride, padding, dilation, trans
 
 
 refuses(_convolution_arguments, *_overloads((aten.convolution,)))
+
+
+def _complex_parts(real, imag, *args, **kwargs) -> None:
+    floating = (torch.float16, torch.float32, torch.float64)
+    if real.dtype not in floating or imag.dtype not in floating:
+        raise RuntimeError(f"Expected both inputs to be Half, Float or Double tensors but got "
+                           f"{scalar_type_name(real.dtype)} and {scalar_type_name(imag.dtype)}")
+    if real.dtype != imag.dtype:
+        raise RuntimeError(f"Expected object of scalar type {scalar_type_name(real.dtype)} but got scalar type "
+                           f"{scalar_type_name(imag.dtype)} for second argument")
+
+
+refuses(_complex_parts, *_overloads((aten.complex,)))
+
+
+def _reduced_dims_not_empty(name: str, all_empty: str):
+    """amax's, amin's and aminmax's rule: no reduced dimension of size zero (no identity)."""
+    def check(self, dim=None, keepdim=False, *args, **kwargs):
+        dim = kwargs.get("dim", dim)
+        dims = [dim] if isinstance(dim, int) else list(dim or ())
+        if not dims:
+            if self.numel() == 0:
+                raise RuntimeError(all_empty)
+            return
+        for d in dims:
+            if self.dim() and -self.dim() <= d < self.dim() and self.shape[d] == 0:
+                raise IndexError(f"{name} Expected reduction dim {d} to have non-zero size.")
+    return check
+
+
+for _name in ("amax", "amin"):
+    refuses(_reduced_dims_not_empty(
+        f"{_name}():", f"{_name}(): Expected reduction dim to be specified for input.numel() == 0. Specify the "
+                       "reduction dim with the 'dim' argument."), *_overloads((getattr(aten, _name),)))
+refuses(_reduced_dims_not_empty("aminmax:", "aminmax(): cannot compute aminmax over an empty dimension as the "
+                                            "operation has no identity."), *_overloads((aten.aminmax,)))
+
+
+def _embedding_weight(weight, indices, *args, **kwargs) -> None:
+    if weight.dim() != 2:
+        raise RuntimeError("'weight' must be 2-D")
+
+
+refuses(_embedding_weight, *_overloads((aten.embedding,)))
