@@ -125,25 +125,26 @@ def checks_arguments(check: Callable, *ops: torch._ops.OpOverload) -> None:
         overrides_meta(op)(meta)
 
 
-# op -> checks of its meta arguments for what CPU's and CUDA's kernels refuse after the meta
-# function accepted a call (`refuses`; the rules are in refusals.py). Unlike a meta override they
-# do not change which meta function runs, so every overload (out= ones too) takes them.
+# op -> checks of its arguments (the call's tensors, or meta tensors of their shapes) for what
+# CPU's and CUDA's kernels refuse after the meta function accepted a call (`refuses`; the rules
+# are in refusals.py). Unlike a meta override they do not change which meta function runs, so
+# every overload (out= ones too) takes them.
 REFUSALS: dict[torch._ops.OpOverload, list[Callable]] = {}
 
 
 class KernelRefusal(NotImplementedError):
-    """A dtype no kernel of the op is built for, raised as PyTorch's dispatch raises it (a
-    NotImplementedError); unlike a missing meta kernel's, the eager driver lets it through."""
+    """A dtype no kernel of the op is built for: a NotImplementedError, as PyTorch's dispatch
+    raises it."""
 
 
 def refuses(check: Callable, *ops: torch._ops.OpOverload) -> None:
-    """Run `check` on the meta arguments of each of `ops` before its meta function."""
+    """Run `check` on the arguments of each call of `ops` that builds a plan (before its meta function)."""
     for op in ops:
         REFUSALS.setdefault(op, []).append(check)
 
 
 def check_refusals(op, args, kwargs) -> None:
-    """Raise what CPU's kernel would for this call (meta arguments), if it refuses it."""
+    """Raise what CPU's kernel would for this call, if it refuses it."""
     for check in REFUSALS.get(op, ()):
         check(*args, **kwargs)
 

@@ -4,11 +4,14 @@ PyTorch checks some arguments in its kernels, not in the meta functions the eage
 the dtypes a kernel is built for (`abs` of bool raises NotImplementedError, `"abs_cpu" not
 implemented for 'Bool'`) and a few rules in the kernels' shared code (`argmax` of bool, `maximum`
 of complex, subtracting a bool). Without them neuron computed an answer where CPU and CUDA
-raise, and a program that ran on neuron failed on the way back. Each rule here checks the meta
-arguments where the plan's meta kernel runs (once per plan key: dtypes are in the key) and
-raises what CPU raises; a refused dtype names the op as the kernels' dispatch does, without
-CPU's kernel suffix. Rules that depend on values (integer division by zero, which CUDA does not
-check either) are not here.
+raise, and a program that ran on neuron failed on the way back. Each rule here checks a call's
+arguments when its plan is built or read back from the persistent cache (once per plan key:
+dtypes, shapes and static arguments are in the key) and raises what CPU raises; a refused dtype
+names the op as the kernels' dispatch does, without CPU's kernel suffix. Beside them are argument
+rules that PyTorch's C++ meta functions or CPU's kernels make and its Python meta functions leave
+out (index_add's shapes). Rules that depend on values (integer division by zero, which CUDA does
+not check either; a traced scalar's sign) are not here. torch.compile's graphs are traced with
+PyTorch's meta functions and do not take them.
 """
 from __future__ import annotations
 
