@@ -208,6 +208,9 @@ def _fsdp_worker(rank: int, device, kind: str) -> None:
         if (kind == "mlp" and isinstance(layer, torch.nn.Linear)) or type(layer).__name__ == "Block":
             fully_shard(layer)
     fully_shard(model)
+    sharded = list(model.parameters())
+    model.to(device).float()  # moving a sharded module keeps its DTensor Parameters (an optimizer's)
+    assert all(a is b for a, b in zip(sharded, model.parameters()))
     _train_sharded(kind, model, rank, dist.get_world_size(), device, 3, 0.1)
     full = [p.full_tensor().detach().cpu() for p in model.parameters()]
     _close(full, _full_batch_reference(kind, 3, 0.1))

@@ -19,7 +19,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "torchneuron"
 # Layer -> the other layers it may import (importing inside one's own layer is always allowed). A
 # layer is a subpackage (torchneuron/runtime/...) or a top-level module (torchneuron/config.py).
 # Layers absent here sit on top and may import anything: the package root and its wiring
-# (module_ties, _autoload), profiler, and the tools (conformance, sweep, testing, demo).
+# (module_moves, _autoload), profiler, and the tools (conformance, sweep, testing, demo).
 ALLOWED = {
     "config": set(),
     "runtime": {"config"},

@@ -44,9 +44,9 @@ def _register() -> None:
     for name in graphs.DEVICE_API:  # torch.neuron.NeuronGraph, graph, make_graphed_callables
         setattr(torch.neuron, name, getattr(graphs, name))
         torch.neuron.API[name] = "stable"
-    from . import module_ties
+    from . import module_moves
 
-    module_ties.install()
+    module_moves.install()  # .to("neuron") keeps Parameter objects, as .cuda() does
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
 
     from .eager import kernels
