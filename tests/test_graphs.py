@@ -22,6 +22,7 @@ def _gpt_step(seed=0):
         optimizer.step()
         return loss.detach()
 
+    step.optimizer = optimizer
     return model, step
 
 
@@ -194,3 +195,80 @@ def test_a_second_process_loads_a_captured_graph_without_tracing_it(tmp_path):
             torch.testing.assert_close(torch.tensor(got), want)
     assert cold["compiles"] > 0
     assert warm["compiles"] == 0 and warm["untraced_loads"] == warm["disk_hits"] > 0
+
+
+# ------------------------------------------------------------ optimizers' host numbers (capture_guards.py)
+OPTIMIZERS = {  # built as users build them: capturable=False, learning rates as Python floats
+    "adamw": lambda params: (torch.optim.AdamW(params, lr=1e-2), None),
+    "adam": lambda params: (torch.optim.Adam(params, lr=1e-2), None),
+    "sgd_momentum": lambda params: (torch.optim.SGD(params, lr=0.1, momentum=0.9), None),
+    "adamw_step_lr": lambda params: _with_scheduler(torch.optim.AdamW(params, lr=1e-2)),
+}
+
+
+def _with_scheduler(optimizer):
+    return optimizer, torch.optim.lr_scheduler.StepLR(optimizer, step_size=6, gamma=0.5)
+
+
+def _default_optimizer_losses(kind, captured):
+    torch.manual_seed(0)
+    model = GPT().to("neuron")
+    optimizer, scheduler = OPTIMIZERS[kind](model.parameters())
+
+    def step(x, y):
+        loss = model(x, y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    if captured:
+        step = torchneuron.capture(step)
+    losses = []
+    for x, y in DATA:
+        losses.append(step(x, y))
+        if scheduler is not None:
+            scheduler.step()
+    return torch.stack(losses).cpu(), step
+
+
+@pytest.mark.parametrize("kind", sorted(OPTIMIZERS))
+def test_capture_of_a_default_optimizer_trains_as_eager_for_20_steps(kind):
+    want, _ = _default_optimizer_losses(kind, captured=False)
+    if kind == "adamw_step_lr":  # the learning rate changes at steps 6, 12 and 18: recorded again each time
+        with pytest.warns(UserWarning, match=r"param_groups\[0\]\['lr'\] of AdamW changed from 0.01 to 0.005"):
+            got, step = _default_optimizer_losses(kind, captured=True)
+        assert step.recordings == 4
+    else:
+        got, step = _default_optimizer_losses(kind, captured=True)
+        assert step.recordings == 1 and step.replays == 18
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_capture_of_a_non_capturable_optimizer_is_cudas_error():
+    model, _ = _gpt_step()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    x, y = DATA[0]
+    model(x, y).backward()
+    optimizer.step()  # state made eagerly: step counts on the host
+    g = torch.neuron.NeuronGraph()
+    refused = "graph capture of step.. for an instance of AdamW but param_groups' capturable is False"
+    with pytest.raises(RuntimeError, match=refused), torch.neuron.graph(g):
+        model(x, y).backward()
+        optimizer.step()
+    with pytest.raises(RuntimeError, match="capturable is False"):
+        torchneuron.capture(lambda: optimizer.step(), warmup=0)()
+
+
+def test_neuron_graph_refuses_to_replay_after_a_learning_rate_changed():
+    _model, step = _gpt_step()
+    optimizer = step.optimizer
+    x, y = DATA[0]
+    step(x, y)
+    g = torch.neuron.NeuronGraph()
+    with torch.neuron.graph(g):
+        step(x, y)
+    g.replay()
+    optimizer.param_groups[0]["lr"] = 5e-3
+    with pytest.raises(RuntimeError, match=r"param_groups\[0\]\['lr'\] of AdamW changed from 0.01 to 0.005"):
+        g.replay()

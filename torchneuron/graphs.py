@@ -12,18 +12,23 @@
     loss = step(x, y)                    # 1st call of a signature: eager; 2nd: recorded; then replayed
 
 As on CUDA: what the step reads besides its inputs (parameters, optimizer state) is read afresh at
-each replay, Python in the step does not run again (a learning rate or step count that lives in
-Python stays as captured: use `capturable=True` optimizers, as CUDA requires), random ops draw anew
-at each replay, and a host sync inside a capture (`item()`, printing, a host copy, a data-dependent
-op) raises.
+each replay, Python in the step does not run again, random ops draw anew at each replay, and a host
+sync inside a capture (`item()`, printing, a host copy, a data-dependent op) raises. No replay reuses
+an optimizer's host numbers silently (capture_guards.py): a step of a `capturable=False` optimizer
+inside a capture raises CUDA's error; `torchneuron.capture` makes the optimizers of its warm-up calls
+capturable, and records again when a recorded optimizer's learning rate (or any other setting) has
+changed since; a `NeuronGraph` refuses to replay then. Other Python values the step reads (a number
+in a closure) stay as captured.
 """
 from __future__ import annotations
 
 import functools
+import warnings
 
 import torch
 from torch.utils import _pytree as pytree
 
+from . import capture_guards
 from .runtime import capture as _capture
 
 CaptureError = _capture.CaptureError  # a device value needed inside a capture
@@ -38,16 +43,25 @@ class NeuronGraph:
 
     def __init__(self, keep_graph: bool = False):
         self._graph = None
+        self._host_values = None
 
     def capture_begin(self, pool=None, capture_error_mode: str = "global") -> None:
         _capture.begin()
+        capture_guards.watch()
 
     def capture_end(self) -> None:
         self._graph = _capture.end(execute=False, keep_storages=[])
+        self._host_values = capture_guards.watched()
 
     def replay(self) -> None:
         if self._graph is None:
             raise RuntimeError("NeuronGraph.replay(): nothing was captured")
+        changed = self._host_values.changed()
+        if changed:
+            raise RuntimeError(
+                f"NeuronGraph.replay(): {changed} since the graph was captured, and a replay would use the "
+                "captured value. Capture the graph again, or keep the value in a device tensor changed in place "
+                "(lr=torch.tensor(1e-3, device='neuron') with capturable=True: schedulers fill it).")
         self._graph.replay()
 
     def reset(self) -> None:
@@ -70,6 +84,7 @@ class graph:
     def __exit__(self, kind, value, traceback):
         if kind is not None:
             _capture.abort()
+            capture_guards.watched()
             return False
         self.neuron_graph.capture_end()
         return False
@@ -109,25 +124,43 @@ class _Captured:
         self.calls: dict = {}
         self.recordings = 0
         self.replays = 0
+        self.warned = False
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args, **kwargs):
         key, handles = _signature((args, kwargs) if kwargs else args)
         found = self.graphs.get(key)
         if found is not None:
-            return self._replay(found, handles)
+            changed = found[-1].changed()
+            if changed is None:
+                return self._replay(found, handles)
+            self._warn_recording_again(changed)
+            return self._record(key, handles, args, kwargs)
         calls = self.calls[key] = self.calls.get(key, 0) + 1
         if calls <= self.warmup:  # warm-up: lazily made state (optimizer moments) exists after it
-            return self.fn(*args, **kwargs)
+            with capture_guards.warming_up():  # and the optimizers keep their step counts on the device
+                return self.fn(*args, **kwargs)
         return self._record(key, handles, args, kwargs)
+
+    def _warn_recording_again(self, changed: str) -> None:
+        if not self.warned:
+            self.warned = True
+            warnings.warn(f"torchneuron.capture({getattr(self.fn, '__name__', self.fn)!r}): {changed} since the "
+                          "step was recorded: recording it again (a replay would have used the old value). Each new "
+                          "value costs a recording; a learning rate kept in a device tensor "
+                          "(lr=torch.tensor(1e-3, device='neuron'), capturable=True) replays without one.",
+                          stacklevel=3)
 
     def _record(self, key, handles, args, kwargs):
         _capture.begin({h: i for i, h in reversed(list(enumerate(handles))) if h})
+        capture_guards.watch()
         try:
             result = self.fn(*args, **kwargs)
         except BaseException:
             _capture.abort()
+            capture_guards.watched()
             raise
+        host_values = capture_guards.watched()
         leaves, spec = pytree.tree_flatten(result)
         results = [x for x in leaves if isinstance(x, torch.Tensor)]
         graph = _capture.end(execute=True, keep_storages=[t.untyped_storage() for t in results])
@@ -146,11 +179,11 @@ class _Captured:
                 if place in graph.outputs:
                     fresh[n] = graph.outputs.index(place)
                     first[id(t)] = n
-        self.graphs[key] = (graph, leaves, spec, fresh, {n: m for n, m in again.items() if m in fresh})
+        self.graphs[key] = (graph, leaves, spec, fresh, {n: m for n, m in again.items() if m in fresh}, host_values)
         return result
 
     def _replay(self, found, handles):
-        graph, leaves, spec, fresh, again = found
+        graph, leaves, spec, fresh, again, _ = found
         out = list(leaves)
         bind = {}
         for n, position in fresh.items():
@@ -167,8 +200,10 @@ def capture(fn, warmup: int = 1):
     """`fn`, recorded once per argument signature and replayed as one executable call after: tensor
     arguments are bound per call (no copies into static inputs), a new shape, dtype or device
     records a new graph. The first `warmup` calls of a signature run eagerly, so state that the step
-    makes lazily (optimizer moments) exists when the next call records it; 0 records the first call
-    (a step that makes no state of its own)."""
+    makes lazily (optimizer moments) exists when the next call records it, and the optimizers they
+    step become `capturable=True` (step counts on the device; capture_guards.py); 0 records the first
+    call (a step that makes no state of its own). A call after an optimizer's learning rate or other
+    setting changed records again, with a warning the first time."""
     if warmup < 0:
         raise ValueError(f"capture: warmup must be 0 or more, not {warmup}")
     return _Captured(fn, warmup)

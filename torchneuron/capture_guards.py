@@ -1,0 +1,123 @@
+"""The host numbers of optimizers in a recorded step: refused, made device values, or checked at replay.
+
+A recording (graphs.py) replays device work only. An optimizer keeps numbers on the host that its
+step reads: with `capturable=False` (the default) Adam's step count lives in CPU tensors and its bias
+corrections are Python floats, and every optimizer reads its learning rate, betas and weight decay
+from `param_groups` as Python numbers. A replay would reuse the values of the recording forever:
+silently stale training. So, as CUDA does and more:
+
+- a step of an optimizer whose `param_groups` say `capturable=False` inside a capture raises CUDA's
+  error (`Optimizer._cuda_graph_capture_health_check`, which only looks at CUDA's own captures);
+- `torchneuron.capture` makes the optimizers its warm-up calls step capturable (step counts moved to
+  the device, `capturable=True`), so that its recording reads them afresh at each replay;
+- the host values of the optimizers a recording stepped (`HostValues`) are compared before each
+  replay: `torchneuron.capture` records the step again when one changed (a scheduler's new learning
+  rate), a `NeuronGraph` refuses to replay.
+"""
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from .runtime import deferred
+
+_state = threading.local()  # .watched: (optimizer, host values) stepped in the recording; .warming
+
+
+def _stepping(optimizer: torch.optim.Optimizer, args, kwargs) -> None:
+    if deferred.capturing():
+        if not all(group.get("capturable", True) for group in optimizer.param_groups):
+            raise RuntimeError(
+                f"Attempting neuron graph capture of step() for an instance of {type(optimizer).__name__} but "
+                "param_groups' capturable is False: a replay would reuse the step count and bias corrections "
+                "of the capture. Build the optimizer with capturable=True (torchneuron.capture does it for the "
+                "optimizers its warm-up calls step).")
+        watched = getattr(_state, "watched", None)
+        if watched is not None and all(o is not optimizer for o, _ in watched):
+            watched.append((optimizer, _host_values(optimizer)))  # what this step reads
+    elif getattr(_state, "warming", False):
+        make_capturable(optimizer)
+
+
+def make_capturable(optimizer: torch.optim.Optimizer) -> None:
+    """Set `capturable=True` where the optimizer offers it, moving its step counts to its
+    parameters' device (what the optimizer would have made had it been built capturable)."""
+    for group in optimizer.param_groups:
+        if group.get("capturable", True) or group.get("fused"):
+            continue
+        params = [p for p in group["params"] if p.device.type == "neuron"]
+        if not params:
+            continue
+        group["capturable"] = True
+        for p in params:
+            step = optimizer.state.get(p, {}).get("step")
+            if isinstance(step, torch.Tensor) and step.device != p.device:
+                optimizer.state[p]["step"] = step.to(p.device)
+
+
+class warming_up:
+    """`with warming_up():` the optimizers stepped inside become capturable (torchneuron.capture)."""
+
+    def __enter__(self):
+        _state.warming = True
+
+    def __exit__(self, *exc):
+        _state.warming = False
+        return False
+
+
+def watch() -> None:
+    """Note the optimizers stepped from now until `watched()` (a recording in progress)."""
+    _state.watched = []
+
+
+def watched() -> HostValues:
+    """The host values the optimizers stepped since `watch()` read at their steps."""
+    stepped, _state.watched = getattr(_state, "watched", None) or [], None
+    return HostValues(stepped)
+
+
+def _host_values(optimizer: torch.optim.Optimizer) -> list[dict]:
+    """Each param group's settings that live on the host (numbers, CPU tensors), by name."""
+    groups = []
+    for group in optimizer.param_groups:
+        values = {}
+        for name, value in group.items():
+            if name == "params":
+                continue
+            if isinstance(value, torch.Tensor):
+                if value.device.type != "cpu":
+                    continue  # read afresh at each replay
+                value = value.tolist()
+            values[name] = value
+        groups.append(values)
+    return groups
+
+
+class HostValues:
+    """What a recording's optimizers held on the host when it was made."""
+
+    def __init__(self, stepped: list):
+        self.optimizers = [optimizer for optimizer, _ in stepped]
+        self.values = [values for _, values in stepped]
+
+    def changed(self) -> str | None:
+        """None, or which value changed since the recording, from what to what."""
+        for optimizer, before in zip(self.optimizers, self.values):
+            now = _host_values(optimizer)
+            if now == before:
+                continue
+            for index, (old, new) in enumerate(zip(before, now)):
+                for name in old.keys() | new.keys():
+                    if old.get(name) != new.get(name):
+                        return (f"param_groups[{index}][{name!r}] of {type(optimizer).__name__} changed from "
+                                f"{old.get(name)!r} to {new.get(name)!r}")
+            return f"the param_groups of {type(optimizer).__name__} changed"
+        return None
+
+
+def install() -> None:
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    register_optimizer_step_pre_hook(_stepping)
