@@ -22,10 +22,10 @@ VOCAB = 128
 pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")
 
 
-def _model():
+def _model(dropout=0.0):
     config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                                      loss_type="ForCausalLM")
+                                      loss_type="ForCausalLM", attention_dropout=dropout)
     torch.manual_seed(0)
     return transformers.LlamaForCausalLM(config)
 
@@ -115,17 +115,18 @@ class CountSteps(transformers.TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         CountSteps.steps += 1
 
-trainer, logs = t._train(t._model(), sys.argv[2], use_cpu=False, max_steps=4, save_strategy="steps", save_steps=2,
-                         resume=sys.argv[3] or None, callbacks=[CountSteps()])
+trainer, logs = t._train(t._model(float(sys.argv[4])), sys.argv[2], use_cpu=False, max_steps=4,
+                         save_strategy="steps", save_steps=2, resume=sys.argv[3] or None, callbacks=[CountSteps()])
 assert trainer.model.device.type == "neuron"
-print(json.dumps({"steps_run": CountSteps.steps, "losses": [log["loss"] for log in logs]}))
+weights = [p.detach().cpu().double().sum().item() for p in trainer.model.parameters()]
+print(json.dumps({"steps_run": CountSteps.steps, "losses": [log["loss"] for log in logs], "weights": weights}))
 """
 
 
-def _run_in_subprocess(output_dir, resume=""):
+def _run_in_subprocess(output_dir, resume="", dropout=0.0):
     tests = pathlib.Path(__file__).parent
     env = {**os.environ, "PYTHONPATH": str(tests.parent)}
-    out = subprocess.run([sys.executable, "-c", _RUN, str(tests), str(output_dir), str(resume)], env=env,
+    out = subprocess.run([sys.executable, "-c", _RUN, str(tests), str(output_dir), str(resume), str(dropout)], env=env,
                          capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -138,6 +139,18 @@ def test_resume_from_checkpoint_continues_the_same_loss_curve(tmp_path):
     assert resumed["steps_run"] == 2  # steps 3 and 4; the history of steps 1 and 2 comes from the checkpoint
     assert len(uninterrupted["losses"]) == len(resumed["losses"]) == 4
     torch.testing.assert_close(resumed["losses"], uninterrupted["losses"], rtol=1e-5, atol=1e-6)
+
+
+def test_resume_with_dropout_repeats_the_uninterrupted_run_bit_for_bit(tmp_path):
+    """The checkpoint keeps neuron's generator (integrations/trainer_rng.py): the resumed run draws the
+    same dropout masks as the run that never stopped."""
+    uninterrupted = _run_in_subprocess(tmp_path / "full", dropout=0.3)
+    resumed = _run_in_subprocess(tmp_path / "resumed", resume=tmp_path / "full" / "checkpoint-2", dropout=0.3)
+    assert resumed["steps_run"] == 2
+    assert resumed["losses"] == uninterrupted["losses"]
+    assert resumed["weights"] == uninterrupted["weights"]
+    states = torch.load(tmp_path / "full" / "checkpoint-2" / "rng_state.pth", weights_only=False)
+    assert states["neuron"].dtype == torch.uint8 and states["neuron"].numel() > 0
 
 
 # torchrun: accelerate chooses MULTI_NEURON and the c10d backend "neuron" by itself, each rank trains on

@@ -39,7 +39,9 @@ def _register() -> None:
     from . import device_module
 
     torch._register_device_module("neuron", device_module.build())
-    from . import graphs
+    from . import capture_guards, graphs
+
+    capture_guards.install()  # no recorded step replays an optimizer's stale host numbers
 
     for name in graphs.DEVICE_API:  # torch.neuron.NeuronGraph, graph, make_graphed_callables
         setattr(torch.neuron, name, getattr(graphs, name))
@@ -76,6 +78,11 @@ def _register() -> None:
     # generate decodes with a bucketed static cache, each step a replayed graph
     huggingface.when_imported("transformers.generation.utils", generate.on_generation_utils)
     huggingface.when_imported("transformers.modeling_utils", generate.on_modeling_utils)
+    from .integrations import pipelines, trainer_rng
+
+    # a pipeline with no device runs on neuron; Trainer checkpoints keep neuron's random state
+    huggingface.when_imported("transformers.pipelines.base", pipelines.on_pipelines_base)
+    huggingface.when_imported("transformers.trainer", trainer_rng.on_trainer)
     from .eager import modes
 
     modes.install()  # fused eager cuts its segments where optimizer steps end
