@@ -30,6 +30,29 @@ def test_modes_values_and_gradients(dtype, mode, padding_idx, scale_grad_by_freq
           torch.randn(10, 3, dtype=dtype), grad=True)
 
 
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+@pytest.mark.parametrize("offsets", [True, False])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_scale_grad_by_freq_with_repeated_indices(mode, offsets, weighted, dtype):
+    # index 1 three times, indices after it in sorted order once each: CPU divides each group of
+    # equal sorted indices by the count of the group's rank-th sorted index, as the backward must
+    if weighted and mode != "sum":
+        pytest.skip("per_sample_weights needs mode='sum'")
+    indices = torch.tensor([3, 1, 1, 1, 4, 0])
+
+    def run(weight, per_sample_weights=None):
+        i = indices.to(weight.device)
+        o = torch.tensor([0, 0, 3, 3, 6], device=weight.device) if offsets else None
+        if not offsets:
+            i = i.view(2, 3)
+            per_sample_weights = None if per_sample_weights is None else per_sample_weights.view(2, 3)
+        return F.embedding_bag(i, weight, o, mode=mode, scale_grad_by_freq=True,
+                               per_sample_weights=per_sample_weights)
+    args = (torch.randn(6, dtype=dtype),) if weighted else ()
+    check(run, torch.arange(1.0, 11.0, dtype=dtype).view(5, 2), *args, grad=True)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("padding_idx", [None, 2])
 def test_per_sample_weights_gradients(dtype, padding_idx):
