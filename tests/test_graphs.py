@@ -203,6 +203,7 @@ OPTIMIZERS = {  # built as users build them: capturable=False, learning rates as
     "adam": lambda params: (torch.optim.Adam(params, lr=1e-2), None),
     "sgd_momentum": lambda params: (torch.optim.SGD(params, lr=0.1, momentum=0.9), None),
     "adamw_step_lr": lambda params: _with_scheduler(torch.optim.AdamW(params, lr=1e-2)),
+    "sgd_step_lr": lambda params: _with_scheduler(torch.optim.SGD(params, lr=0.1, momentum=0.9)),
 }
 
 
@@ -235,13 +236,13 @@ def _default_optimizer_losses(kind, captured):
 @pytest.mark.parametrize("kind", sorted(OPTIMIZERS))
 def test_capture_of_a_default_optimizer_trains_as_eager_for_20_steps(kind):
     want, _ = _default_optimizer_losses(kind, captured=False)
-    if kind == "adamw_step_lr":  # the learning rate changes at steps 6, 12 and 18: recorded again each time
-        with pytest.warns(UserWarning, match=r"param_groups\[0\]\['lr'\] of AdamW changed from 0.01 to 0.005"):
+    if kind == "sgd_step_lr":  # a host learning rate changed at steps 6, 12 and 18: recorded again each time
+        with pytest.warns(UserWarning, match=r"param_groups\[0\]\['lr'\] of SGD changed from 0.1 to 0.05"):
             got, step = _default_optimizer_losses(kind, captured=True)
         assert step.recordings == 4
     else:
         got, step = _default_optimizer_losses(kind, captured=True)
-        assert step.recordings == 1 and step.replays == 18
+        assert step.recordings == 1 and step.replays == 18  # AdamW's learning rate: a device tensor
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 

@@ -9,7 +9,8 @@ silently stale training. So, as CUDA does and more:
 - a step of an optimizer whose `param_groups` say `capturable=False` inside a capture raises CUDA's
   error (`Optimizer._cuda_graph_capture_health_check`, which only looks at CUDA's own captures);
 - `torchneuron.capture` makes the optimizers its warm-up calls step capturable (step counts moved to
-  the device, `capturable=True`), so that its recording reads them afresh at each replay;
+  the device, `capturable=True`; Adam's and AdamW's learning rates become device tensors, which
+  schedulers fill in place), so that its recording reads them afresh at each replay;
 - the host values of the optimizers a recording stepped (`HostValues`) are compared before each
   replay: `torchneuron.capture` records the step again when one changed (a scheduler's new learning
   rate), a `NeuronGraph` refuses to replay.
@@ -40,9 +41,14 @@ def _stepping(optimizer: torch.optim.Optimizer, args, kwargs) -> None:
         make_capturable(optimizer)
 
 
+# Optimizers whose capturable step takes a tensor learning rate (torch.optim's documentation).
+TENSOR_LEARNING_RATE = (torch.optim.Adam, torch.optim.AdamW)
+
+
 def make_capturable(optimizer: torch.optim.Optimizer) -> None:
     """Set `capturable=True` where the optimizer offers it, moving its step counts to its
-    parameters' device (what the optimizer would have made had it been built capturable)."""
+    parameters' device (what the optimizer would have made had it been built capturable), and,
+    where its step takes one, its learning rate into a device tensor that schedulers fill in place."""
     for group in optimizer.param_groups:
         if group.get("capturable", True) or group.get("fused"):
             continue
@@ -54,6 +60,8 @@ def make_capturable(optimizer: torch.optim.Optimizer) -> None:
             step = optimizer.state.get(p, {}).get("step")
             if isinstance(step, torch.Tensor) and step.device != p.device:
                 optimizer.state[p]["step"] = step.to(p.device)
+        if isinstance(optimizer, TENSOR_LEARNING_RATE) and not isinstance(group["lr"], torch.Tensor):
+            group["lr"] = torch.tensor(group["lr"], device=params[0].device)
 
 
 class warming_up:
