@@ -457,3 +457,12 @@ def test_segment_reduce(reduce):
 def test_hash_tensor_of_a_scalar():
     check(lambda t: torch.hash_tensor(t, dim=0, keepdim=True), torch.tensor(2.5))
     check(torch.hash_tensor, torch.tensor(2.5))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64, torch.int32, torch.int64, torch.uint8,
+                                   torch.bool, torch.complex64], ids=str)
+@pytest.mark.parametrize("op", [torch.median, torch.nanmedian], ids=["median", "nanmedian"])
+def test_median_of_an_empty_tensor(op, dtype):
+    # CPU's NaN converted to the dtype, not a value picked from nothing
+    check(op, torch.empty(0, dtype=dtype))
+    check(op, torch.empty(2, 0, dtype=dtype))

@@ -98,6 +98,23 @@ ARGUMENT_RULES = {
     "amax over a full dim": lambda d: torch.amax(torch.ones(2, 0, device=d), 0),
     "aminmax over an empty dim": lambda d: torch.aminmax(torch.ones(2, 0, device=d), dim=1)[0],
     "aminmax of an empty tensor": lambda d: torch.aminmax(torch.ones(2, 0, device=d))[0],
+    "max over an empty dim": lambda d: torch.max(torch.ones(0, 3, device=d), -2, keepdim=True)[0],
+    "min of an empty tensor": lambda d: torch.min(torch.ones(0, 3, device=d)),
+    "max over a full dim": lambda d: torch.max(torch.ones(0, 3, device=d), 1)[1],
+    "max into out over an empty dim": lambda d: torch.max(torch.ones(0, 3, device=d), 0, out=(
+        torch.empty(0, device=d), torch.empty(0, dtype=torch.long, device=d)))[0],
+    "argmax over an empty dim": lambda d: torch.argmax(torch.ones(0, 3, device=d), 0),
+    "argmin of an empty tensor": lambda d: torch.argmin(torch.ones(0, 3, device=d)),
+    "argmin over a full dim": lambda d: torch.argmin(torch.ones(0, 3, device=d), 1),
+    "median over an empty dim": lambda d: torch.median(torch.ones(0, 3, device=d), 0)[0],
+    "nanmedian over an empty dim": lambda d: torch.nanmedian(torch.ones(0, 3, device=d), -2)[1],
+    "median over a full dim": lambda d: torch.median(torch.ones(0, 3, device=d), 1)[0],
+    "kthvalue over an empty dim": lambda d: torch.kthvalue(torch.ones(3, 0, device=d), 1)[0],
+    "kthvalue over a full dim": lambda d: torch.kthvalue(torch.ones(0, 3, device=d), 2, 1)[0],
+    "mode over an empty dim": lambda d: torch.mode(torch.ones(0, device=d))[0],
+    "median of an empty bool tensor": lambda d: torch.median(torch.ones(0, dtype=torch.bool, device=d)),
+    "nanmedian of an empty complex tensor": lambda d: torch.nanmedian(torch.ones(0, dtype=torch.complex64, device=d)),
+    "median of bools over a dim": lambda d: torch.median(torch.ones(2, dtype=torch.bool, device=d), 0)[0],
     "embedding of a 0-d weight": lambda d: torch.nn.functional.embedding(torch.tensor([0], device=d),
                                                                          torch.ones((), device=d)),
 }
@@ -116,7 +133,7 @@ def test_argument_rules_of_single_ops_match_cpu(name):
     (cpu_error, cpu), (neuron_error, neuron) = outcomes
     if cpu_error is None:
         assert neuron_error is None, neuron
-        torch.testing.assert_close(neuron, cpu)
+        torch.testing.assert_close(neuron, cpu, equal_nan=True)
     elif issubclass(cpu_error, NotImplementedError):
         assert neuron_error is not None and issubclass(neuron_error, NotImplementedError), neuron
         assert neuron.endswith(cpu[cpu.index(" not implemented for '"):])

@@ -459,8 +459,23 @@ def _nanmedian_rank(n, nans):
     return jnp.maximum(n - nans - 1, 0) // 2
 
 
+# The median of no elements is CPU's NaN converted to the dtype (as x86 converts it: the
+# integer indefinite value for 32- and 64-bit integers, 2**63 for uint64, zero where the
+# conversion goes through a wider integer, True for bool).
+_EMPTY_MEDIAN = {jnp.dtype(jnp.int32): -2**31, jnp.dtype(jnp.int64): -2**63, jnp.dtype(jnp.uint64): 2**63,
+                 jnp.dtype(jnp.bool_): True}
+
+
+def _empty_median(dtype):
+    if jnp.issubdtype(dtype, jnp.inexact):
+        return jnp.full((), jnp.nan, dtype)
+    return jnp.full((), _EMPTY_MEDIAN.get(jnp.dtype(dtype), 0), dtype)
+
+
 @lowers(aten.median.default)
 def median(self):
+    if self.size == 0:
+        return _empty_median(self.dtype)
     return _rank_along(self.reshape(-1), 0, False, _median_rank)[0]
 
 
@@ -471,6 +486,8 @@ def median_dim(self, dim, keepdim=False):
 
 @lowers(aten.nanmedian.default)
 def nanmedian(self):
+    if self.size == 0:
+        return _empty_median(self.dtype)
     return _rank_along(self.reshape(-1), 0, False, _nanmedian_rank)[0]
 
 

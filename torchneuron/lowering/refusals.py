@@ -110,7 +110,7 @@ _ON_SELF = {
     "abs": _bool, "floor": _bool, "ceil": _bool, "trunc": _bool, "round": _bool_or_complex,
     "frac": _integral_or_complex, "logit": _complex, "erf": _complex, "erfinv": _complex, "i0": _complex,
     "lgamma": _complex, "digamma": _complex, "bitwise_not": _not_integral, "lerp": _integral,
-    "median": _bool_or_complex, "nanmedian": _bool_or_complex, "amax": _complex, "amin": _complex,
+    "amax": _complex, "amin": _complex,
     "cummax": _complex, "cummin": _complex, "dot": _bool, "vdot": _bool, "_softmax": _not_floating,
     "_log_softmax": _not_floating,
 }
@@ -290,6 +290,60 @@ for _name in ("amax", "amin"):
                        "reduction dim with the 'dim' argument."), *_overloads((getattr(aten, _name),)))
 refuses(_reduced_dims_not_empty("aminmax:", "aminmax(): cannot compute aminmax over an empty dimension as the "
                                             "operation has no identity."), *_overloads((aten.aminmax,)))
+
+
+def _selected_dim_not_empty(name: str, dim_at: int, all_empty=None, default=-1):
+    """max's, min's, argmax's, argmin's, median's, kthvalue's and mode's rule: the dimension they
+    select along (argument `dim_at` counting self, `default` when left out) has elements; a dim of
+    None (argmax's) reduces all, refused as `all_empty` (error type, message) for an empty input.
+    CPU's message counts the dimension from the front."""
+    def check(self, *args, **kwargs):
+        dim = kwargs["dim"] if "dim" in kwargs else args[dim_at - 1] if len(args) >= dim_at else default
+        if dim is None:
+            if all_empty is not None and self.numel() == 0:
+                raise all_empty[0](all_empty[1])
+        elif isinstance(dim, int) and self.dim() and -self.dim() <= dim < self.dim() and self.shape[dim] == 0:
+            raise IndexError(f"{name}(): Expected reduction dim {dim % self.dim()} to have non-zero size.")
+    return check
+
+
+def _input_not_empty(error, message: str):
+    def check(self, *args, **kwargs):
+        if self.numel() == 0:
+            raise error(message)
+    return check
+
+
+def _unless_empty(check):
+    def unless_empty(self, *args, **kwargs):
+        if self.numel():
+            check(self, *args, **kwargs)
+    return unless_empty
+
+
+def _along_dim(packet) -> list:
+    return [op for op in _overloads((packet,)) if "dim" in [a.name for a in op._schema.arguments]]
+
+
+for _name in ("max", "min"):
+    _packet = getattr(aten, _name)
+    refuses(_selected_dim_not_empty(_name, 1), *_along_dim(_packet))
+    refuses(_input_not_empty(RuntimeError, f"{_name}(): Expected reduction dim to be specified for input.numel() == 0. "
+                                           "Specify the reduction dim with the 'dim' argument."),
+            *[op for op in _overloads((_packet,)) if op not in _along_dim(_packet)
+              and "other" not in [a.name for a in op._schema.arguments]])
+for _name in ("argmax", "argmin"):
+    _message = f"{_name}(): Expected reduction dim to be specified for input.numel() == 0."
+    refuses(_selected_dim_not_empty(_name, 1, (IndexError, _message), default=None), *_overloads((getattr(aten, _name),)))
+# (nanmedian's message says median; the median of all of an empty input is NaN, of any dtype)
+refuses(_selected_dim_not_empty("median", 1), *_along_dim(aten.median), *_along_dim(aten.nanmedian))
+for _name in ("median", "nanmedian"):
+    _packet = getattr(aten, _name)
+    refuses(_dtype_refusal(_name, _bool_or_complex, _self_dtype), *_along_dim(_packet))
+    refuses(_unless_empty(_dtype_refusal(_name, _bool_or_complex, _self_dtype)),
+            *[op for op in _overloads((_packet,)) if op not in _along_dim(_packet)])
+refuses(_selected_dim_not_empty("kthvalue", 2), *_overloads((aten.kthvalue,)))
+refuses(_selected_dim_not_empty("mode", 1), *_overloads((aten.mode,)))
 
 
 def _embedding_weight(weight, indices, *args, **kwargs) -> None:
