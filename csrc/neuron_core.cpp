@@ -74,12 +74,44 @@ extern "C" __attribute__((visibility("default"))) std::atomic<int64_t> tn_pendin
 constexpr int64_t kDrainCount = 64;
 constexpr uint64_t kDrainBytes = uint64_t(64) << 20;
 
-struct DeviceCounters {
+// CUDA's caching allocator serves requests of up to 1 MiB from its small pool; its statistics split
+// by pool, so ours do too (tools read "allocated_bytes.small_pool.current" after a small tensor).
+constexpr size_t kSmallSize = size_t(1) << 20;
+
+struct PoolCounters {
   int64_t allocated = 0, peak = 0, total_allocated = 0, total_freed = 0;
   int64_t count = 0, peak_count = 0, total_count = 0, total_frees = 0;
+
+  void add(int64_t n) {
+    allocated += n;
+    total_allocated += n;
+    peak = std::max(peak, allocated);
+    count++;
+    total_count++;
+    peak_count = std::max(peak_count, count);
+  }
+  void remove(int64_t n) {
+    allocated -= n;
+    total_freed += n;
+    count--;
+    total_frees++;
+  }
+  void reset_accumulated() { total_allocated = total_freed = total_count = total_frees = 0; }
+  void reset_peak() {
+    peak = allocated;
+    peak_count = count;
+  }
+};
+
+// pools[0]: every allocation (c10's StatType::AGGREGATE), [1] small, [2] large: c10's order.
+struct DeviceCounters {
+  std::array<PoolCounters, 3> pools{};
   int64_t num_ooms = 0;
   int64_t limit = INT64_MAX;
+  int64_t allocated() const { return pools[0].allocated; }
 };
+
+inline size_t pool_of(size_t nbytes) { return nbytes <= kSmallSize ? 1 : 2; }
 
 void noop_delete(void*) {}
 void handle_delete(void* ptr);
@@ -103,20 +135,16 @@ class NeuronAllocator final : public c10::DeviceAllocator {
     size_t rounded = (n + kAlignment - 1) / kAlignment * kAlignment;
     std::lock_guard<std::mutex> lock(mutex_);
     DeviceCounters& c = counters_[device];
-    if (c.allocated + static_cast<int64_t>(n) > c.limit) {
+    if (c.allocated() + static_cast<int64_t>(n) > c.limit) {
       c.num_ooms++;
       TORCH_CHECK_WITH(OutOfMemoryError, false, "neuron out of memory on device ", int(device),
-                       ": tried to allocate ", n, " bytes with ", c.allocated, " bytes in use of a limit of ",
+                       ": tried to allocate ", n, " bytes with ", c.allocated(), " bytes in use of a limit of ",
                        c.limit, " bytes (TORCHNEURON_MEMORY_LIMIT). Free tensors or lower the batch size.");
     }
     uintptr_t addr = take_range(rounded);
     live_[addr] = Live{n, rounded, device};
-    c.allocated += n;
-    c.total_allocated += n;
-    c.peak = std::max(c.peak, c.allocated);
-    c.count++;
-    c.total_count++;
-    c.peak_count = std::max(c.peak_count, c.count);
+    c.pools[0].add(n);
+    c.pools[pool_of(n)].add(n);
     void* p = reinterpret_cast<void*>(addr);
     return {p, p, &handle_delete, dev};
   }
@@ -126,10 +154,8 @@ class NeuronAllocator final : public c10::DeviceAllocator {
     auto it = live_.find(reinterpret_cast<uintptr_t>(ptr));
     if (it == live_.end()) return;
     DeviceCounters& c = counters_[it->second.device];
-    c.allocated -= it->second.nbytes;
-    c.total_freed += it->second.nbytes;
-    c.count--;
-    c.total_frees++;
+    c.pools[0].remove(it->second.nbytes);
+    c.pools[pool_of(it->second.nbytes)].remove(it->second.nbytes);
     events_.push_back({0, it->first, 0, it->second.device, it->second.nbytes, 0});
     tn_pending = static_cast<int64_t>(events_.size());
     pending_bytes_ += it->second.nbytes;
@@ -209,19 +235,22 @@ class NeuronAllocator final : public c10::DeviceAllocator {
     check_device(d);
     DeviceCounters c = counters(d);
     c10::CachingDeviceAllocator::DeviceStats s;
-    for (auto* arr : {&s.allocated_bytes, &s.reserved_bytes, &s.active_bytes, &s.requested_bytes}) {
-      auto& st = (*arr)[0];
-      st.current = c.allocated;
-      st.peak = c.peak;
-      st.allocated = c.total_allocated;
-      st.freed = c.total_freed;
-    }
-    for (auto* arr : {&s.allocation, &s.segment, &s.active}) {
-      auto& st = (*arr)[0];
-      st.current = c.count;
-      st.peak = c.peak_count;
-      st.allocated = c.total_count;
-      st.freed = c.total_frees;
+    for (size_t pool = 0; pool < c.pools.size(); pool++) {
+      const PoolCounters& p = c.pools[pool];
+      for (auto* arr : {&s.allocated_bytes, &s.reserved_bytes, &s.active_bytes, &s.requested_bytes}) {
+        auto& st = (*arr)[pool];
+        st.current = p.allocated;
+        st.peak = p.peak;
+        st.allocated = p.total_allocated;
+        st.freed = p.total_freed;
+      }
+      for (auto* arr : {&s.allocation, &s.segment, &s.active}) {
+        auto& st = (*arr)[pool];
+        st.current = p.count;
+        st.peak = p.peak_count;
+        st.allocated = p.total_count;
+        st.freed = p.total_frees;
+      }
     }
     s.num_ooms = c.num_ooms;
     return s;
@@ -229,17 +258,16 @@ class NeuronAllocator final : public c10::DeviceAllocator {
   void resetAccumulatedStats(DeviceIndex d) override {
     std::lock_guard<std::mutex> lock(mutex_);
     auto& c = counters_.at(d);
-    c.total_allocated = c.total_freed = c.total_count = c.total_frees = c.num_ooms = 0;
+    for (auto& p : c.pools) p.reset_accumulated();
+    c.num_ooms = 0;
   }
   void resetPeakStats(DeviceIndex d) override {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto& c = counters_.at(d);
-    c.peak = c.allocated;
-    c.peak_count = c.count;
+    for (auto& p : counters_.at(d).pools) p.reset_peak();
   }
   std::pair<size_t, size_t> getMemoryInfo(DeviceIndex d) override {
     DeviceCounters c = counters(d);
-    return {static_cast<size_t>(c.limit - c.allocated), static_cast<size_t>(c.limit)};
+    return {static_cast<size_t>(c.limit - c.allocated()), static_cast<size_t>(c.limit)};
   }
   void copy_data(void*, const void*, std::size_t) const override {
     TORCH_CHECK(false, "neuron storages hold device handles: copy them with Tensor.copy_()");
@@ -681,6 +709,6 @@ TN_EXPORT void tn_set_memory_limit(int64_t device, int64_t limit) { g_allocator.
 TN_EXPORT int64_t tn_pending_events() { return g_allocator.pending_events(); }
 TN_EXPORT int64_t tn_take_events(StorageEvent* out, int64_t capacity) { return g_allocator.take_events(out, capacity); }
 TN_EXPORT void tn_release_taken() { g_allocator.release_taken(); }
-TN_EXPORT int64_t tn_memory_allocated(int64_t device) { return g_allocator.counters(device).allocated; }
+TN_EXPORT int64_t tn_memory_allocated(int64_t device) { return g_allocator.counters(device).allocated(); }
 TN_EXPORT int64_t tn_current_stream(int64_t device) { return g_current_stream.at(device).load(); }
 }

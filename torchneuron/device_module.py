@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import types
+import warnings
 
 import torch
 
@@ -204,6 +205,91 @@ def reset_peak_memory_stats(device=None) -> None:
     torch.accelerator.reset_peak_memory_stats(torch.device("neuron", _index(device)))
 
 
+def reset_accumulated_memory_stats(device=None) -> None:
+    torch.accelerator.reset_accumulated_memory_stats(torch.device("neuron", _index(device)))
+
+
+def reset_max_memory_allocated(device=None) -> None:
+    """Deprecated in torch.cuda as here: resets every peak (`reset_peak_memory_stats`)."""
+    warnings.warn("torch.neuron.reset_max_memory_allocated now calls torch.neuron.reset_peak_memory_stats, "
+                  "which resets all peak memory stats.", FutureWarning, stacklevel=2)
+    reset_peak_memory_stats(device)
+
+
+def reset_max_memory_cached(device=None) -> None:
+    """Deprecated in torch.cuda as here: resets every peak (`reset_peak_memory_stats`)."""
+    warnings.warn("torch.neuron.reset_max_memory_cached now calls torch.neuron.reset_peak_memory_stats, "
+                  "which resets all peak memory stats.", FutureWarning, stacklevel=2)
+    reset_peak_memory_stats(device)
+
+
+def memory_cached(device=None) -> int:
+    """Deprecated in torch.cuda as here: `memory_reserved`."""
+    warnings.warn("torch.neuron.memory_cached has been renamed to torch.neuron.memory_reserved", FutureWarning,
+                  stacklevel=2)
+    return memory_reserved(device)
+
+
+def max_memory_cached(device=None) -> int:
+    """Deprecated in torch.cuda as here: `max_memory_reserved`."""
+    warnings.warn("torch.neuron.max_memory_cached has been renamed to torch.neuron.max_memory_reserved",
+                  FutureWarning, stacklevel=2)
+    return max_memory_reserved(device)
+
+
+def memory_stats_as_nested_dict(device=None) -> dict:
+    """`memory_stats` with its dotted names as nested dictionaries (torch.cuda's form)."""
+    nested: dict = {}
+    for name, value in memory_stats(device).items():
+        *path, last = name.split(".")
+        place = nested
+        for part in path:
+            place = place.setdefault(part, {})
+        place[last] = value
+    return nested
+
+
+def memory_summary(device=None, abbreviated: bool = False) -> str:
+    """A table of the allocator's statistics: current, peak, allocated and freed, in bytes and counts."""
+    stats = memory_stats(device)
+    rows = [("Allocated memory", "allocated_bytes"), ("Active memory", "active_bytes"),
+            ("Requested memory", "requested_bytes"), ("Reserved memory", "reserved_bytes"),
+            ("Allocations", "allocation"), ("Active allocs", "active")]
+    pools = ("all",) if abbreviated else ("all", "large_pool", "small_pool")
+    lines = [f"neuron:{_index(device)} memory summary",
+             f"{'metric':<34}{'current':>14}{'peak':>14}{'allocated':>14}{'freed':>14}"]
+    for label, key in rows:
+        for pool in pools:
+            values = [stats.get(f"{key}.{pool}.{kind}", 0) for kind in ("current", "peak", "allocated", "freed")]
+            name = label if pool == "all" else f"  from {pool.replace('_', ' ')}"
+            lines.append(f"{name:<34}" + "".join(f"{v:>14}" for v in values))
+    lines.append(f"{'OOMs':<34}{stats.get('num_ooms', 0):>14}")
+    return "\n".join(lines) + "\n"
+
+
+def set_per_process_memory_fraction(fraction: float, device=None) -> None:
+    """Cap what this process may allocate on the device at `fraction` of its capacity; beyond it an
+    allocation raises `torch.OutOfMemoryError` (torch.cuda's rule; the cap is also what
+    `mem_get_info` and `get_device_properties` report as total)."""
+    if not 0 <= fraction <= 1:
+        raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+    index = _index(device)
+    _fractions[index] = fraction
+    _core().tn_set_memory_limit(index, int(fraction * devices.default_memory_limit(index)))
+
+
+def get_per_process_memory_fraction(device=None) -> float:
+    return _fractions.get(_index(device), 1.0)
+
+
+_fractions: dict[int, float] = {}
+
+
+def _core():
+    from .runtime.core import lib
+    return lib
+
+
 def empty_cache() -> None:
     _sync.drain()
 
@@ -226,7 +312,11 @@ API = {
     "stream": "stable",
     "memory_allocated": "stable", "max_memory_allocated": "stable", "memory_reserved": "stable",
     "max_memory_reserved": "stable", "memory_stats": "stable", "reset_peak_memory_stats": "stable",
-    "empty_cache": "stable", "mem_get_info": "stable",
+    "empty_cache": "stable", "mem_get_info": "stable", "reset_accumulated_memory_stats": "stable",
+    "memory_stats_as_nested_dict": "stable", "memory_summary": "stable",
+    "set_per_process_memory_fraction": "stable", "get_per_process_memory_fraction": "stable",
+    "reset_max_memory_allocated": "deprecated", "reset_max_memory_cached": "deprecated",
+    "memory_cached": "deprecated", "max_memory_cached": "deprecated",
 }
 
 
