@@ -31,6 +31,16 @@ def test_bessel_and_airy_match_cpu(fn, dtype):
     check(fn, arguments(dtype), **tol)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_spherical_bessel_j0_at_extremes(dtype):
+    # CPU: 0 at +-inf, a Taylor polynomial below 0.5, sin(x)/x beyond (large |x| included);
+    # (not where sin(x)/x is subnormal in float32: XLA:CPU flushes those to zero)
+    extremes = torch.tensor([1e20, -1e20, 4988429.2, 1e-30, -1e-38, 0.49999, 0.5, 1e300], dtype=torch.float64)
+    x = torch.cat([arguments(torch.float64), extremes]).to(dtype)
+    tol = {"rtol": 1e-6, "atol": 1e-7} if dtype == torch.float32 else {"rtol": 1e-13, "atol": 1e-15}
+    check(torch.special.spherical_bessel_j0, x, **tol)
+
+
 @pytest.mark.parametrize("fn", BESSEL, ids=lambda f: f.__name__)
 def test_integer_arguments_promote_to_float(fn):
     check(fn, torch.arange(-6, 7), rtol=1e-5, atol=1e-5)

@@ -189,9 +189,33 @@ def lerp(self, end, weight):
 
 
 # ------------------------------------------------------------ unary math (int -> float)
+def _complex_exp(z):
+    """exp of complex z with C99's (glibc's cexp, CPU's std::exp) values where XLA's differ: a real
+    part of +inf with an imaginary part inf or NaN gives (inf, NaN), -inf gives (0, +-0) (XLA: NaN
+    for both); a zero imaginary part stays, with its sign (XLA: +0)."""
+    re, im = jnp.real(z), jnp.imag(z)
+    out = jnp.exp(z)
+    out = jnp.where(im == 0, lax.complex(jnp.real(out), im), out)
+    positive = re > 0
+    fixed = lax.complex(jnp.where(positive, jnp.inf, 0).astype(re.dtype),
+                        jnp.where(positive, jnp.nan, jnp.copysign(jnp.zeros_like(im), im)))
+    return jnp.where(jnp.isinf(re) & ~jnp.isfinite(im), fixed, out)
+
+
+def _spherical_bessel_j0(x):
+    """CPU's spherical_bessel_j0_forward: 0 at +-inf, a Taylor polynomial below 0.5, else sin(x)/x."""
+    x2 = x * x
+    poly = jnp.zeros_like(x)
+    for c in (1 / 6227020800.0, -1 / 39916800.0, 1 / 362880.0, -1 / 5040.0, 1 / 120.0, -1 / 6.0):
+        poly = x2 * (_const(c, x) + poly)
+    small = 1 + poly
+    far = jnp.sin(x) / jnp.where(jnp.abs(x) < 0.5, jnp.ones_like(x), x)
+    return jnp.where(jnp.isinf(x), jnp.zeros_like(x), jnp.where(jnp.abs(x) < 0.5, small, far))
+
+
 _FLOAT_UNARY = {
     aten.sqrt.default: jnp.sqrt,
-    aten.exp.default: jnp.exp,
+    aten.exp.default: lambda x: _complex_exp(x) if _is_complex(x) else jnp.exp(x),
     aten.exp2.default: jnp.exp2,
     aten.expm1.default: jnp.expm1,
     aten.log.default: jnp.log,
@@ -226,9 +250,7 @@ _FLOAT_UNARY = {
     aten.special_log_ndtr.default: jax.scipy.special.log_ndtr,
     aten.special_modified_bessel_i0.default: jax.scipy.special.i0,
     aten.special_modified_bessel_i1.default: jax.scipy.special.i1,
-    # sin(x)/x, with its limit 1 at 0
-    aten.special_spherical_bessel_j0.default: lambda x: jnp.where(
-        x == 0, jnp.ones_like(x), jnp.sin(x) / jnp.where(x == 0, jnp.ones_like(x), x)),
+    aten.special_spherical_bessel_j0.default: lambda x: _spherical_bessel_j0(x),
 }
 for _op, _fn in _FLOAT_UNARY.items():
     lowers(_op, promote=INT_TO_FLOAT, promote_args=SELF)(lambda self, _fn=_fn: _fn(self))
@@ -402,10 +424,33 @@ def ldexp(self, other):
     return self * jnp.exp2(other)
 
 
+_BITS = {2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}
+
+
 @lowers(aten.frexp.Tensor)
 def frexp(self):
-    mantissa, exponent = jnp.frexp(self)
-    return mantissa, exponent.astype(jnp.int32)
+    """From the bits: XLA:CPU treats subnormal inputs as zero in arithmetic (jnp.frexp gave them
+    back with exponent 0), and CPU's std::frexp normalises them. Zero, inf and NaN keep themselves
+    with exponent 0."""
+    info = jnp.finfo(self.dtype)
+    bits = _BITS[self.dtype.itemsize]
+    nmant, bias = info.nmant, info.maxexp - 1
+    u = lax.bitcast_convert_type(self, bits)
+    one = jnp.array(1, bits)
+    fraction_mask = (one << nmant) - one
+    field = ((u >> nmant) & ((one << (info.nexp)) - one)).astype(jnp.int32)
+    fraction = u & fraction_mask
+    # a subnormal's fraction shifted until its leading one is the implicit bit
+    width = 8 * self.dtype.itemsize
+    lead = (width - 1) - lax.clz(jnp.where(fraction == 0, one, fraction)).astype(jnp.int32)  # its top bit
+    subnormal = (field == 0) & (fraction != 0)
+    shift = jnp.where(subnormal, nmant - lead, 0).astype(bits)
+    fraction = (fraction << shift) & fraction_mask
+    exponent = jnp.where(subnormal, lead - nmant - bias + 2, field - bias + 1)
+    sign = u & (one << (width - 1))
+    mantissa = lax.bitcast_convert_type(sign | (jnp.array(bias - 1, bits) << nmant) | fraction, self.dtype)
+    special = (self == 0) & ~subnormal | ~jnp.isfinite(self)
+    return jnp.where(special, self, mantissa), jnp.where(special, 0, exponent).astype(jnp.int32)
 
 
 # ------------------------------------------------------------ binary math
