@@ -1,3 +1,10 @@
+import os
+import tempfile
+
+# Inductor's cache is shared by every process on the machine under the system temp folder: a file left
+# truncated by a process stopped mid-write failed a later run. This run's is its own.
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="torchinductor-tests-"))
+
 import pytest
 import torch
 
