@@ -66,6 +66,9 @@ def _register() -> None:
     from . import default_backend
 
     default_backend.install()  # torch.compile(model) of neuron tensors: the neuron backend
+    from . import rng_replay
+
+    rng_replay.install()  # activation checkpointing's RNG replay on neuron tensors, op by op
     from .integrations import huggingface
 
     huggingface.install()  # accelerate and transformers see neuron, once (if ever) they load

@@ -36,6 +36,13 @@ _lock = threading.Lock()
 
 _LOG_RECOMPILES = "recompiles" in config.LOG
 
+# Activation checkpointing's RNG replay (AOTAutograd's partitioner): the forward graph runs a random
+# op through `run_and_save_rng_state(op, *args)` -> (state, result) and saves the state for the
+# backward graph, which recomputes the op through `run_with_rng_state(state, op, *args)` and must
+# draw the very same numbers. Our random ops draw from a JAX key, so the state is that key's data.
+_RUN_AND_SAVE_RNG_STATE = torch.ops.higher_order.run_and_save_rng_state
+_RUN_WITH_RNG_STATE = torch.ops.higher_order.run_with_rng_state
+
 
 def compile_stats() -> dict:
     """Counts of graphs compiled, executable compiles, cache hits, eager-run graphs, and the reason
@@ -59,9 +66,9 @@ class CompiledGraph:
         self.gm = gm
         self.name = name
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        self.random_nodes = [n for n in gm.graph.nodes if n.op == "call_function"
-                             and n.target in LOWERINGS and draws_random(LOWERINGS[n.target], n.target, n.args,
-                                                                        n.kwargs)]
+        self.random_nodes = [n for n in gm.graph.nodes if n.op == "call_function" and (
+            n.target is _RUN_AND_SAVE_RNG_STATE
+            or (n.target in LOWERINGS and draws_random(LOWERINGS[n.target], n.target, n.args, n.kwargs)))]
         # the NeuronCore the graph's own tensors name: a graph without neuron inputs (factories) runs there
         self.home = next((v.device.index for n in gm.graph.nodes for v in [n.meta.get("val")]
                           if isinstance(v, torch.Tensor) and v.device.type == "neuron" and v.device.index is not None),
@@ -185,6 +192,14 @@ class CompiledGraph:
                 return _match_meta(result if multi else [result], node.meta.get("val"), multi)
         if target is operator.getitem:
             return args[0][args[1]]
+        if target is _RUN_AND_SAVE_RNG_STATE:  # the op's draw, and the key it drew with
+            key = jax.random.fold_in(jax.random.fold_in(base_key, rng[1]), random_index[node])
+            result = self._lowered(args[0], node.args[1:], node.kwargs, list(args[1:]), kwargs, key, None)
+            return jax.random.key_data(key).astype(np.int64), result
+        if target is _RUN_WITH_RNG_STATE:  # the same draw again, from the saved key
+            key = jax.random.wrap_key_data(args[0].astype(np.uint32))
+            return self._lowered(args[1], node.args[2:], node.kwargs, list(args[2:]), kwargs, key,
+                                 node.meta.get("val"))
         if target is torch.ops.aten.sym_size.int:  # a size read off an array: static while tracing
             return args[0].shape[args[1]]
         if not isinstance(target, torch._ops.OpOverload):
@@ -195,19 +210,24 @@ class CompiledGraph:
             mutations[index] = new
             env[node.args[0]] = new
             return new
-        lowering = LOWERINGS[target]
-        meta_args = _meta_values(node.args)
-        meta_kwargs = _meta_values(node.kwargs)
-        compute = calling.compute_dtype(lowering, [a.name for a in target._schema.arguments], meta_args,
-                                        meta_kwargs)
         key = None
         if node in random_index:
             key = jax.random.fold_in(jax.random.fold_in(base_key, rng[1]), random_index[node])
+        return self._lowered(target, node.args, node.kwargs, args, kwargs, key, node.meta.get("val"))
+
+    @staticmethod
+    def _lowered(target, node_args, node_kwargs, args, kwargs, key, meta):
+        """`target`'s lowering on the values `args`/`kwargs` (the node's own for their metadata)."""
+        lowering = LOWERINGS[target]
+        meta_args = _meta_values(node_args)
+        meta_kwargs = _meta_values(node_kwargs)
+        compute = calling.compute_dtype(lowering, [a.name for a in target._schema.arguments], meta_args,
+                                        meta_kwargs)
         if "device" in kwargs:
             kwargs = {**kwargs, "device": None}
-        flags = calling.static_flags(target, lowering, meta_args, meta_kwargs, node.meta.get("val"))
+        flags = calling.static_flags(target, lowering, meta_args, meta_kwargs, meta)
         results = calling.invoke(target, lowering, list(args), dict(kwargs), compute, key, flags)
-        return _match_meta(results, node.meta.get("val"), len(target._schema.returns) > 1)
+        return _match_meta(results, meta, len(target._schema.returns) > 1)
 
     def __call__(self, *inputs):
         if self.bucketing is None:
