@@ -1,4 +1,5 @@
 import re
+import warnings
 
 import pytest
 import torch
@@ -289,3 +290,86 @@ def test_repeat_interleave_of_repeats_errors_as_cpu(repeats, kwargs):
         torch.ops.aten.repeat_interleave.Tensor(repeats, **kwargs)
     with pytest.raises(type(cpu.value), match=re.escape(str(cpu.value))):
         torch.ops.aten.repeat_interleave.Tensor(repeats.to("neuron"), **kwargs)
+
+
+def test_byte_masks_index_as_bool_masks_with_cpus_warning():
+    v = torch.randn(5, 7, 3)
+    mask = torch.tensor([1, 0, 1, 1, 0], dtype=torch.uint8)
+    columns = torch.tensor([1, 1, 0, 1, 0, 0, 1], dtype=torch.uint8)
+    for device_mask in (True, False):  # a CPU mask is moved to the device first, as on CUDA
+        m = mask.to("neuron") if device_mask else mask
+        with pytest.warns(UserWarning, match="indexing with dtype torch.uint8 is now deprecated"):
+            torch.testing.assert_close(v.to("neuron")[m].cpu(), v[mask.bool()])
+    check(lambda t, m: t[:, m], v, columns)
+    with warnings.catch_warnings(record=True) as caught:  # each byte mask warns, at each call, as on CPU
+        warnings.simplefilter("always")
+        check(lambda t, a, b: t[a, :, b[:3]], v, mask, torch.ones(3, dtype=torch.uint8))
+    assert len(caught) == 4
+    check(lambda t, m: t[m], v, (torch.randn(5, 7) > 0).to(torch.uint8))
+
+    def accumulate(y, m):
+        return y.index_put_((m,), y[m], accumulate=True)
+    check(accumulate, torch.ones(10, 10), torch.zeros(10, dtype=torch.uint8))
+    check(accumulate, torch.ones(10, 10), torch.tensor([1, 0] * 5, dtype=torch.uint8))
+
+
+def _outcome(fn, device):
+    try:
+        result = fn(device)
+        return None, result.cpu() if isinstance(result, torch.Tensor) else result
+    except Exception as e:  # noqa: BLE001 (the type is what is compared)
+        return type(e), str(e).split("\n")[0]
+
+
+INDEX_ERRORS = {
+    "int8 index": lambda d: torch.arange(3.0, device=d)[torch.tensor([1, 2], dtype=torch.int8, device=d)],
+    "float index": lambda d: torch.zeros(3, device=d)[torch.tensor([0.0], device=d)],
+    "empty float index of two dims": lambda d: torch.zeros(2, 3, device=d)[torch.empty(0, 2, device=d)],
+    "float index accumulated": lambda d: torch.zeros(5, device=d).index_put_(
+        (torch.tensor([], device=d),), torch.tensor(1.0, device=d), accumulate=True),
+    "mask of another shape": lambda d: torch.arange(6.0, device=d).view(2, 3)[torch.tensor([True, False, True], device=d)],
+    "byte mask of another shape": lambda d: torch.arange(6.0, device=d).view(2, 3)[
+        torch.tensor([1, 0, 1], dtype=torch.uint8, device=d)],
+    "mask of another shape set": lambda d: torch.zeros(2, 3, device=d).index_put_(
+        (torch.tensor([True, False, True], device=d),), torch.tensor(1.0, device=d)),
+    "indices not broadcasting": lambda d: torch.zeros(3, 3, device=d)[torch.tensor([0, 1], device=d),
+                                                                      torch.tensor([0, 1, 2], device=d)],
+    "mask and index not broadcasting": lambda d: torch.zeros(3, 3, device=d)[torch.tensor([True, False, True], device=d),
+                                                                             torch.tensor([0, 1, 2], device=d)],
+    "put indices not broadcasting": lambda d: torch.zeros(3, 3, device=d).index_put_(
+        (torch.tensor([[0, 1]], device=d), torch.tensor([0, 1, 2], device=d)), torch.tensor(1.0, device=d), accumulate=True),
+    "values of another shape": lambda d: torch.zeros(5, device=d).index_put_(
+        (torch.tensor([0, 1], device=d),), torch.ones(3, device=d)),
+    "setitem values not expanding": lambda d: torch.zeros(3, 4, device=d).__setitem__(
+        (slice(None), torch.tensor([0, 1], device=d)), torch.ones(3, 3, device=d)),
+    "setitem rows not expanding": lambda d: torch.zeros(2, 3, device=d).__setitem__(
+        torch.tensor([0, 1], device=d), torch.ones(2, 2, device=d)),
+    "empty index accumulated": lambda d: torch.zeros(5, 3, device=d).index_put_(
+        (torch.tensor([], dtype=torch.long, device=d),), torch.tensor([1.0, 2, 3], device=d), accumulate=True),
+    "empty index of two dims": lambda d: torch.zeros(2, 3, device=d)[torch.empty(0, 2, dtype=torch.long, device=d)],
+    "values expanding": lambda d: torch.zeros(3, 4, device=d).index_put_(
+        (torch.tensor([0, 2], device=d),), torch.ones(4, device=d)),
+    "masked_fill with a byte mask": lambda d: torch.zeros(3, device=d).masked_fill(
+        torch.tensor([1, 0, 1], dtype=torch.uint8, device=d), 5.0),
+    "masked_fill_ with an int8 mask": lambda d: torch.zeros(3, device=d).masked_fill_(
+        torch.tensor([1, 0, 1], dtype=torch.int8, device=d), 5.0),
+}
+
+
+@pytest.mark.filterwarnings("ignore:indexing with dtype torch.uint8")
+@pytest.mark.parametrize("name", INDEX_ERRORS)
+def test_indexing_errors_are_cpus(name):
+    # the same exception type as CPU (IndexError, not a lowering's TypeError or ValueError) and CPU's message
+    (cpu_error, cpu), (neuron_error, neuron) = (_outcome(INDEX_ERRORS[name], d) for d in ("cpu", "neuron"))
+    assert neuron_error == cpu_error, (cpu, neuron)
+    if cpu_error is None:
+        torch.testing.assert_close(neuron, cpu)
+    else:
+        assert neuron.endswith(cpu), (cpu, neuron)
+
+
+def test_mask_selecting_fewer_elements_than_values_is_a_device_assert():
+    x = torch.zeros(4, device="neuron")
+    x[torch.tensor([True, False, True, False], device="neuron")] = torch.ones(3, device="neuron")
+    with pytest.raises(RuntimeError, match="shape mismatch: value tensor of shape \\[3\\] cannot be broadcast"):
+        x.cpu()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import warnings
 
 import torch
 
@@ -106,7 +107,8 @@ def key_of(schema: OpSchema, desc: CallDescription) -> tuple:
 
 def move_host_operands(schema: OpSchema, args, kwargs) -> tuple:
     """`args` and `kwargs` with the CPU tensors of the arguments HOST_OPERANDS names for the op
-    moved to self's neuron device (one transfer each, once per call); unchanged for other ops."""
+    moved to self's neuron device (one transfer each, once per call), byte masks made bool masks
+    with CPU's warning, each call; unchanged for other ops."""
     names = HOST_OPERANDS.get(schema.op)
     if names is None or not args or not isinstance(args[0], torch.Tensor) or args[0].device.type != "neuron":
         return args, kwargs  # (self on CPU: the same-device error follows from `describe`)
@@ -114,7 +116,12 @@ def move_host_operands(schema: OpSchema, args, kwargs) -> tuple:
 
     def moved(value):
         if isinstance(value, torch.Tensor):
-            return value.to(device) if value.device.type == "cpu" else value
+            value = value.to(device) if value.device.type == "cpu" else value
+            if value.dtype == torch.uint8:  # a byte index is a mask, deprecated (ATen's expandTensors)
+                warnings.warn("indexing with dtype torch.uint8 is now deprecated, please use a dtype torch.bool "
+                              "instead.", stacklevel=2)
+                value = value.bool()
+            return value
         if isinstance(value, (list, tuple)):
             return [moved(v) for v in value]
         return value

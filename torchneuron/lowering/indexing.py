@@ -14,7 +14,7 @@ import torch
 
 from ..runtime.dtypes import scalar_type_name, to_torch
 from . import aten, checks_arguments, lowers, overrides_meta
-from .asserts import check_index
+from .asserts import check_index, device_assert
 
 
 def _is_mask(index) -> bool:
@@ -47,7 +47,16 @@ def _check_advanced(self, indices) -> None:
 @lowers(aten.index.Tensor, checks=True)
 def index(self, indices):
     _check_advanced(self, indices)
-    return self[_key(indices)]
+    key = _key(indices)
+    # with a mask, CPU's broadcast check of the indices is on its True coordinates (the refusals
+    # check the rest, from shapes)
+    shapes = [k.shape for k in key if not isinstance(k, slice)]
+    try:
+        jnp.broadcast_shapes(*shapes)
+    except ValueError:
+        raise IndexError("shape mismatch: indexing tensors could not be broadcast together with shapes "
+                         + ", ".join(str(list(shape)) for shape in shapes)) from None
+    return self[key]
 
 
 @lowers(aten._unsafe_index.Tensor)
@@ -75,6 +84,10 @@ def _put_key(self, indices, values) -> tuple:
     position, rank = _advanced_axis(self, indices)
     axis = position - (rank - values.ndim)
     count = values.shape[axis] if 0 <= axis < values.ndim and values.shape[axis] != 1 else None
+    advanced = [index for index in indices if index is not None]
+    if count is not None and len(advanced) == 1:  # CPU's value shape check, on the mask's True count
+        device_assert(jnp.sum(advanced[0]) == count, f"shape mismatch: value tensor of shape {list(values.shape)} "
+                                                     "cannot be broadcast to indexing result (the mask's True count)")
     key, dim = [], 0
     for index in indices:
         if index is None:

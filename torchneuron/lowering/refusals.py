@@ -346,6 +346,79 @@ refuses(_selected_dim_not_empty("kthvalue", 2), *_overloads((aten.kthvalue,)))
 refuses(_selected_dim_not_empty("mode", 1), *_overloads((aten.mode,)))
 
 
+# C++'s names of the element types, as CPU's masked_fill_ spells a mask's dtype
+_CPP_NAMES = {torch.uint8: "unsigned char", torch.int8: "signed char", torch.int16: "short int", torch.int32: "int",
+              torch.int64: "long int", torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half",
+              torch.bfloat16: "c10::BFloat16", torch.complex64: "c10::complex<float>",
+              torch.complex128: "c10::complex<double>"}
+
+
+def _masked_fill_mask(self, mask, *args, **kwargs) -> None:
+    if mask.dtype != torch.bool:
+        raise RuntimeError(f"masked_fill_ only supports boolean masks, but got mask with dtype "
+                           f"{_CPP_NAMES.get(mask.dtype, scalar_type_name(mask.dtype))}")
+
+
+refuses(_masked_fill_mask, *_overloads((aten.masked_fill, aten.masked_fill_)))
+
+
+# --- advanced indexing: ATen's checkIndexTensorTypes, expandTensors and index_put's value shape ------
+
+_INDEX_DTYPES = (torch.int64, torch.int32, torch.uint8, torch.bool)
+
+
+def _indexing_result(self, indices) -> list | None:
+    """The shape of self[indices] (None where a mask makes it depend on values) after CPU's
+    checks of the index tensors' dtypes, masks' shapes and the indices' broadcast."""
+    dim, masked, shapes = 0, False, []
+    for index in indices:
+        if index is None:
+            dim += 1
+            continue
+        if index.dtype not in _INDEX_DTYPES:
+            raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
+        if index.dtype in (torch.bool, torch.uint8):
+            for j in range(index.dim()):
+                if dim + j < self.dim() and index.shape[j] != self.shape[dim + j]:
+                    raise IndexError(f"The shape of the mask {list(index.shape)} at index {j} does not match the "
+                                     f"shape of the indexed tensor {list(self.shape)} at index {dim + j}")
+            masked, dim = True, dim + index.dim()
+        else:
+            shapes.append(index.shape)
+            dim += 1
+    if masked or dim > self.dim():  # (too many indices: the meta kernel's error)
+        return None
+    try:
+        torch.broadcast_shapes(*shapes)
+    except RuntimeError:
+        raise IndexError("shape mismatch: indexing tensors could not be broadcast together with shapes "
+                         + ", ".join(str(list(shape)) for shape in shapes)) from None
+    meta = [None if i is None else torch.empty(i.shape, dtype=i.dtype, device="meta") for i in indices]
+    return list(aten.index.Tensor(torch.empty(self.shape, device="meta"), meta).shape)
+
+
+def _index_arguments(self, indices, *args, **kwargs) -> None:
+    _indexing_result(self, indices)
+
+
+def _expands_to(shape, target) -> bool:
+    try:
+        return list(torch.broadcast_shapes(shape, target)) == list(target)
+    except RuntimeError:
+        return False
+
+
+def _index_put_arguments(self, indices, values, *args, **kwargs) -> None:
+    result = _indexing_result(self, indices)
+    if result is not None and not _expands_to(values.shape, result):
+        raise RuntimeError(f"shape mismatch: value tensor of shape {list(values.shape)} cannot be broadcast to "
+                           f"indexing result of shape {result}")
+
+
+refuses(_index_arguments, *_overloads((aten.index,)))
+refuses(_index_put_arguments, *_overloads((aten.index_put, aten.index_put_, aten._index_put_impl, aten._index_put_impl_)))
+
+
 def _embedding_weight(weight, indices, *args, **kwargs) -> None:
     if weight.dim() != 2:
         raise RuntimeError("'weight' must be 2-D")
