@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import torchneuron
 from torchneuron.runtime.device_asserts import DeviceAssertError
 
 
@@ -139,3 +140,40 @@ def test_a_second_process_with_a_warm_cache_names_the_failure(tmp_path):
         assert "aten.index.Tensor: index along dimension 0 out of bounds for size 5" in out.stdout, out.stdout + out.stderr[-2000:]
         untraced.append(int(out.stdout.split("untraced")[-1]))
     assert untraced[0] == 0 and untraced[1] >= 1
+
+
+def test_assert_async_is_checked_on_the_device_without_a_host_sync(no_fallback):
+    """torch._assert_async (torchtitan asserts in every forward) runs in the step's program: a
+    recorded step may hold it (a host sync there raises), and a false one raises later."""
+    x = torch.ones(3, device="neuron")
+
+    def step(x):
+        torch._assert_async(x.sum() > 0, "sum must be positive")
+        return x * 2
+
+    captured = torchneuron.capture(step, warmup=0)
+    captured(x)  # recorded: no sync inside
+    torch.testing.assert_close(captured(x).cpu(), torch.full((3,), 2.0))
+    for bad in (lambda: step(-x), lambda: captured(-x)):
+        bad()
+        with pytest.raises(RuntimeError, match="aten._assert_async.msg: sum must be positive"):
+            torch.neuron.synchronize()
+    torch._assert_async(torch.tensor(0.0, device="neuron"))
+    with pytest.raises(RuntimeError, match="Expected Tensor with single nonzero value, but got zero"):
+        torch.neuron.synchronize()
+
+
+def test_assert_async_refuses_what_cpu_refuses():
+    for values in (torch.ones(2), torch.ones(0)):
+        with pytest.raises(RuntimeError) as on_cpu:
+            torch._assert_async(values)
+        with pytest.raises(RuntimeError, match=str(on_cpu.value)):
+            torch._assert_async(values.to("neuron"))
+
+
+def test_compiled_assert_async_raises_with_its_message():
+    step = torch.compile(lambda x: (torch._assert_async(x.sum() > 0, "positive"), x * 2)[1], backend="neuron")
+    torch.testing.assert_close(step(torch.ones(3, device="neuron")).cpu(), torch.full((3,), 2.0))
+    step(-torch.ones(3, device="neuron"))
+    with pytest.raises(RuntimeError, match="positive"):
+        torch.neuron.synchronize()

@@ -112,8 +112,10 @@ class Plan(PlanExecution):
                     META_OVERRIDES[self.op](*meta_args, **meta_kwargs)
             else:
                 self.meta_out = self._meta_outputs(meta_args, meta_kwargs)
-            # A meta kernel that cannot tell the output shape (x[mask]) makes this call data dependent.
-            self.data_dependent = lowering.data_dependent or (self.meta_out is None and not schema.written)
+            # A meta kernel that cannot tell the output shape (x[mask]) makes this call data dependent
+            # (an op that returns nothing, an assert checked on the device, is not).
+            self.data_dependent = lowering.data_dependent or (
+                self.meta_out is None and not schema.written and bool(schema.list_returns))
 
             # out= tensors whose size the op changes are resized first (PyTorch's resize_output).
             for i, mt in enumerate(meta_tensors):

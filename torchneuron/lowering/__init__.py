@@ -168,7 +168,8 @@ def opmath(x):
 
 FAMILIES = ("elementwise", "reductions", "shape", "indexing", "linalg", "nn", "factories", "random", "foreach",
             "views", "histograms", "sampling", "pooling", "activations", "fft", "polynomials", "special",
-            "embedding_bag", "ctc", "amp", "fake_quant", "attention", "optimizers", "refusals")
+            "embedding_bag", "ctc", "amp", "fake_quant", "attention", "optimizers", "assertions",
+            "refusals")
 
 
 def load_all() -> dict:
