@@ -273,3 +273,26 @@ def test_neuron_graph_refuses_to_replay_after_a_learning_rate_changed():
     optimizer.param_groups[0]["lr"] = 5e-3
     with pytest.raises(RuntimeError, match=r"param_groups\[0\]\['lr'\] of AdamW changed from 0.01 to 0.005"):
         g.replay()
+
+
+def test_make_graphed_callables_returns_the_module_which_runs_its_own_forward_in_the_other_mode():
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.5)).to("neuron")
+    sample = torch.randn(4, 8, device="neuron", requires_grad=True)
+    graphed = torch.neuron.make_graphed_callables(module, (sample,))
+    assert graphed is module and list(graphed.parameters())  # still the module, as on CUDA
+    module.eval()  # recorded in training: evaluation runs the module's forward, without dropout
+    x = torch.randn(4, 8, device="neuron")
+    torch.testing.assert_close(module(x).cpu(), module[0](x).cpu())
+
+
+def test_make_graphed_callables_refuses_what_cuda_refuses():
+    module = torch.nn.Linear(4, 4).to("neuron")
+    sample = (torch.randn(2, 4, device="neuron"),)
+    module.register_forward_hook(lambda *a: None)
+    with pytest.raises(RuntimeError, match="must not have hooks"):
+        torch.neuron.make_graphed_callables(module, sample)
+    with pytest.raises(RuntimeError, match="only Tensors"):
+        torch.neuron.make_graphed_callables(lambda x, n: x * n, (sample[0], 2))
+    with torch.autocast("neuron", dtype=torch.bfloat16), pytest.raises(RuntimeError, match="autocast caching"):
+        torch.neuron.make_graphed_callables(torch.nn.Linear(4, 4).to("neuron"), sample)

@@ -217,9 +217,44 @@ def make_graphed_callables(callables, sample_args, num_warmup_iters: int = 3, al
     single = not isinstance(callables, tuple)
     if single:
         callables, sample_args = (callables,), (sample_args,)
-    graphed = [_graph_one(fn, tuple(args), num_warmup_iters, allow_unused_input)
-               for fn, args in zip(callables, sample_args)]
+    _check_graphable(callables, sample_args)
+    graphed = []
+    for fn, args in zip(callables, sample_args):
+        replay = _graph_one(fn, tuple(args), num_warmup_iters, allow_unused_input)
+        graphed.append(_as_module_forward(fn, replay) if isinstance(fn, torch.nn.Module) else replay)
     return graphed[0] if single else tuple(graphed)
+
+
+def _check_graphable(callables, sample_args) -> None:
+    """CUDA's rules for what make_graphed_callables may record: each would replay stale state."""
+    if torch.is_autocast_enabled("neuron") and torch.is_autocast_cache_enabled():
+        raise RuntimeError("make_graphed_callables does not support the autocast caching. Please set "
+                           "`cache_enabled=False`.")
+    for fn, args in zip(callables, sample_args):
+        if isinstance(fn, torch.nn.Module):
+            if fn._backward_hooks or fn._forward_hooks or fn._forward_pre_hooks:
+                raise RuntimeError("Modules must not have hooks registered at the time they are passed. However, "
+                                   "registering hooks on modules after passing them through "
+                                   "make_graphed_callables is allowed.")
+            if any(b.requires_grad for b in fn.buffers()):
+                raise RuntimeError("In any :class:`~torch.nn.Module` passed to :func:`~make_graphed_callables`, "
+                                   "only parameters may be trainable. All buffers must have "
+                                   "``requires_grad=False``.")
+        if not all(isinstance(a, torch.Tensor) for a in pytree.arg_tree_leaves(*args)):
+            raise RuntimeError("In the beta API, sample_args for each callable must contain only Tensors. Other "
+                               "types are not allowed.")
+
+
+def _as_module_forward(module: torch.nn.Module, replay):
+    """The module itself, its forward replaced (CUDA's contract): the graphs replay while the module
+    is in the training mode they were recorded in, its own forward runs in the other."""
+    recorded_in_training, forward = module.training, module.forward
+
+    def graphed_forward(*args):
+        return replay(*args) if module.training == recorded_in_training else forward(*args)
+
+    module.forward = graphed_forward
+    return module
 
 
 def _graph_one(fn, static_inputs, warmup: int, allow_unused: bool):
