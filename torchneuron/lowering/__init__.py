@@ -168,7 +168,7 @@ def opmath(x):
 
 FAMILIES = ("elementwise", "reductions", "shape", "indexing", "linalg", "nn", "factories", "random", "foreach",
             "views", "histograms", "sampling", "pooling", "activations", "fft", "polynomials", "special",
-            "embedding_bag", "ctc", "amp", "fake_quant", "attention", "optimizers", "assertions",
+            "embedding_bag", "ctc", "amp", "fake_quant", "low_precision", "attention", "optimizers", "assertions",
             "refusals")
 
 

@@ -16,6 +16,7 @@ from jax import lax
 
 from ..runtime.dtypes import CPU_ACC_TYPE, scalar_type_name, to_jax
 from . import DEFAULT, INT_TO_FLOAT, NO_OPMATH, aten, checks_arguments, lowers
+from .low_precision import cast
 
 SELF = ("self",)
 
@@ -725,7 +726,7 @@ def nan_to_num(self, nan=None, posinf=None, neginf=None):
 @lowers(aten.copy_.default, graph_only=True)
 @lowers(aten.copy.default)
 def copy(self, src, non_blocking=False):
-    return jnp.broadcast_to(src, self.shape).astype(self.dtype)
+    return cast(jnp.broadcast_to(src, self.shape), self.dtype)
 
 
 @lowers(aten._to_copy.default, graph_only=True)
@@ -733,14 +734,14 @@ def to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_
             memory_format=None):
     # x.to(dtype / device / memory format) in a graph: only the dtype changes a value; the device
     # of a graph output is restored from its meta value when the executable returns.
-    return self if dtype is None else self.astype(to_jax(dtype))
+    return self if dtype is None else cast(self, to_jax(dtype))
 
 
 # Dynamo passes a Python float it does not specialize (dynamic=True: RMSNorm's eps) as a float64
 # scalar tensor, and the graph casts it with this prim.
 @lowers(torch.ops.prims.convert_element_type.default, graph_only=True)
 def convert_element_type(a, dtype):
-    return a.astype(to_jax(dtype))
+    return cast(a, to_jax(dtype))
 
 
 @lowers(aten.lift_fresh_copy.default, graph_only=True)

@@ -14,22 +14,26 @@ from jax import lax
 
 from ..runtime.dtypes import to_jax
 from . import aten, lowers
+from .low_precision import cast
 
 
 @lowers(aten.fill.Scalar, aten.fill.Tensor)
 def fill(self, value):
-    return jnp.broadcast_to(jnp.asarray(value).astype(self.dtype), self.shape)
+    return jnp.broadcast_to(cast(jnp.asarray(value), self.dtype), self.shape)
 
 
 @lowers(aten.zero.default)
 def zero(self):
-    return jnp.zeros_like(self)
+    # (through cast: float8_e8m0fnu has no zero, and CPU stores 0 as 2**-127, byte 0)
+    return fill(self, 0)
 
 
 @lowers(aten.full.default)
 def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
-    # The driver casts to the meta dtype (fill_value's kind, or dtype).
-    return jnp.broadcast_to(fill_value, tuple(size))
+    # The driver casts to the meta dtype (fill_value's kind, or dtype); a given dtype here, as CPU
+    # converts (float8 saturates)
+    value = fill_value if dtype is None else cast(jnp.asarray(fill_value), to_jax(dtype))
+    return jnp.broadcast_to(value, tuple(size))
 
 
 @lowers(aten.scalar_tensor.default)

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from ..runtime.layout import MOVED_AS_BYTES
 from . import aten, lowers
 
 
@@ -31,6 +32,9 @@ def cat(tensors, dim=0):
     kept = [t for t in tensors if t.size]
     if not kept:
         return jnp.zeros((), tensors[0].dtype)
+    if kept[0].dtype in MOVED_AS_BYTES:  # (keeps float8 NaN payloads: runtime/layout.py)
+        joined = jnp.concatenate([lax.bitcast_convert_type(t, jnp.uint8) for t in kept], axis=dim % kept[0].ndim)
+        return lax.bitcast_convert_type(joined, kept[0].dtype)
     return jnp.concatenate(kept, axis=dim % kept[0].ndim)
 
 

@@ -25,7 +25,13 @@ TORCH_TO_JAX = {
     torch.complex128: jnp.complex128,
     torch.float8_e4m3fn: jnp.float8_e4m3fn,
     torch.float8_e5m2: jnp.float8_e5m2,
+    torch.float8_e4m3fnuz: jnp.float8_e4m3fnuz,
+    torch.float8_e5m2fnuz: jnp.float8_e5m2fnuz,
+    torch.float8_e8m0fnu: jnp.float8_e8m0fnu,
 }
+# float8 formats: PyTorch converts to and from them through float32 with its own rules for overflow
+# and NaN (lowering/low_precision.py), not XLA's.
+FLOAT8 = frozenset(d for d in TORCH_TO_JAX if d.is_floating_point and d.itemsize == 1)
 JAX_TO_TORCH = {np.dtype(v): k for k, v in TORCH_TO_JAX.items()}
 
 # Python numbers as numpy scalars of the dtype PyTorch gives them: they reach jitted code faster

@@ -67,7 +67,16 @@ def contiguous_stride(shape) -> tuple[int, ...]:
     return tuple(reversed(stride))
 
 
+# XLA:CPU slices, updates, pads and concatenates float8 arrays through float16, which turns a NaN
+# with another payload (float8_e5m2 has three of each sign) into the canonical one and rounds
+# float8_e5m2fnuz's smallest normals (float16 subnormals) up: reads and writes move their bytes.
+MOVED_AS_BYTES = frozenset(jnp.dtype(d) for d in (jnp.float8_e4m3fn, jnp.float8_e5m2, jnp.float8_e4m3fnuz,
+                                                  jnp.float8_e5m2fnuz, jnp.float8_e8m0fnu))
+
+
 def read(buffer, layout: Layout):
+    if buffer.dtype in MOVED_AS_BYTES:
+        return lax.bitcast_convert_type(read(lax.bitcast_convert_type(buffer, jnp.uint8), layout), buffer.dtype)
     n = layout.numel
     if n == 0:
         return jnp.zeros(layout.shape, buffer.dtype)
@@ -98,6 +107,9 @@ def flatten(value, layout: Layout):
 def write(buffer, layout: Layout, value):
     """`buffer` with the elements that `layout` addresses replaced by `value`."""
     value = jnp.broadcast_to(value.astype(buffer.dtype), layout.shape)
+    if buffer.dtype in MOVED_AS_BYTES:
+        written = write(lax.bitcast_convert_type(buffer, jnp.uint8), layout, lax.bitcast_convert_type(value, jnp.uint8))
+        return lax.bitcast_convert_type(written, buffer.dtype)
     n = layout.numel
     if n == 0:
         return buffer

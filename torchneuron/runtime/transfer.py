@@ -14,12 +14,11 @@ import numpy as np
 import torch
 
 from . import device_asserts, devices, executables, storages
-from .dtypes import to_jax, to_torch
+from .dtypes import FLOAT8, to_jax, to_torch
 from .layout import Layout, apply_math_bits, read, write
 
 # Dtypes numpy has no type for: their bytes cross the host boundary as integers of the same width.
-_RAW_HOST_DTYPES = (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2, torch.uint16, torch.uint32,
-                    torch.uint64)
+_RAW_HOST_DTYPES = (torch.bfloat16, *sorted(FLOAT8, key=str), torch.uint16, torch.uint32, torch.uint64)
 _TORCH_INT_OF_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 _NUMPY_INT_OF_WIDTH = {1: np.uint8, 2: np.int16, 4: np.int32, 8: np.int64}
 
@@ -125,10 +124,12 @@ def _host_view(t: torch.Tensor) -> np.ndarray | None:
     itemsize = dtype.itemsize
     if buf.dtype != dtype or (buf.shape[0] * itemsize > _HOST_VIEW_BYTES and buf.shape[0] > 2 * t.numel()):
         return None
-    host = np.asarray(buf)
+    # strided over raw bytes: as_strided goes through __array_interface__, whose type string
+    # ('<f1') loses ml_dtypes' float8 types
+    host = np.asarray(buf).view(np.dtype((np.void, itemsize)))
     view = np.lib.stride_tricks.as_strided(host[t.storage_offset():], tuple(t.shape),
                                            tuple(s * itemsize for s in t.stride()), writeable=False)
-    return np.array(view)
+    return np.array(view).view(dtype)
 
 
 def put(array, device_index: int) -> jax.Array:
