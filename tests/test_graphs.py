@@ -296,3 +296,18 @@ def test_make_graphed_callables_refuses_what_cuda_refuses():
         torch.neuron.make_graphed_callables(lambda x, n: x * n, (sample[0], 2))
     with torch.autocast("neuron", dtype=torch.bfloat16), pytest.raises(RuntimeError, match="autocast caching"):
         torch.neuron.make_graphed_callables(torch.nn.Linear(4, 4).to("neuron"), sample)
+
+
+def test_capture_records_again_when_a_module_changes_training_mode():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.5)).to("neuron")
+    step = torchneuron.capture(lambda x: model(x) * 1.0, warmup=0)
+    x = torch.randn(4, 8, device="neuron")
+    step(x)
+    step(x)
+    model.eval()
+    with pytest.warns(UserWarning, match="training mode of Sequential changed from True to False"):
+        evaluated = step(x)  # recorded again: a replay would have applied dropout
+    torch.testing.assert_close(evaluated.cpu(), model[0](x).cpu())
+    torch.testing.assert_close(step(x).cpu(), model[0](x).cpu())  # and replayed
+    assert step.recordings == 2

@@ -11,9 +11,10 @@ silently stale training. So, as CUDA does and more:
 - `torchneuron.capture` makes the optimizers its warm-up calls step capturable (step counts moved to
   the device, `capturable=True`; Adam's and AdamW's learning rates become device tensors, which
   schedulers fill in place), so that its recording reads them afresh at each replay;
-- the host values of the optimizers a recording stepped (`HostValues`) are compared before each
-  replay: `torchneuron.capture` records the step again when one changed (a scheduler's new learning
-  rate), a `NeuronGraph` refuses to replay.
+- the host values of the optimizers a recording stepped, and the training mode of the modules it
+  called (`HostValues`), are compared before each replay: `torchneuron.capture` records the step again
+  when one changed (a scheduler's new learning rate, `model.eval()`), a `NeuronGraph` refuses to
+  replay.
 """
 from __future__ import annotations
 
@@ -75,15 +76,28 @@ class warming_up:
         return False
 
 
+def _calling(module: torch.nn.Module, args) -> None:
+    modules = getattr(_state, "modules", None)
+    if modules is not None and id(module) not in modules:
+        modules[id(module)] = (module, module.training)
+
+
 def watch() -> None:
-    """Note the optimizers stepped from now until `watched()` (a recording in progress)."""
-    _state.watched = []
+    """Note the optimizers stepped and the modules called from now until `watched()` (a recording in
+    progress; the global module hook lives only that long, as it slows every module call)."""
+    _state.watched, _state.modules = [], {}
+    _state.hook = torch.nn.modules.module.register_module_forward_pre_hook(_calling)
 
 
 def watched() -> HostValues:
-    """The host values the optimizers stepped since `watch()` read at their steps."""
-    stepped, _state.watched = getattr(_state, "watched", None) or [], None
-    return HostValues(stepped)
+    """The host values the optimizers stepped since `watch()` read at their steps, and the training
+    modes of the modules called."""
+    hook = getattr(_state, "hook", None)
+    if hook is not None:
+        hook.remove()
+    stepped, modules = getattr(_state, "watched", None) or [], getattr(_state, "modules", None) or {}
+    _state.watched = _state.modules = _state.hook = None
+    return HostValues(stepped, list(modules.values()))
 
 
 def _host_values(optimizer: torch.optim.Optimizer) -> list[dict]:
@@ -106,12 +120,16 @@ def _host_values(optimizer: torch.optim.Optimizer) -> list[dict]:
 class HostValues:
     """What a recording's optimizers held on the host when it was made."""
 
-    def __init__(self, stepped: list):
+    def __init__(self, stepped: list, modules: list):
         self.optimizers = [optimizer for optimizer, _ in stepped]
         self.values = [values for _, values in stepped]
+        self.modules = modules  # (module, its training mode in the recording)
 
     def changed(self) -> str | None:
         """None, or which value changed since the recording, from what to what."""
+        for module, training in self.modules:
+            if module.training != training:
+                return f"the training mode of {type(module).__name__} changed from {training} to {module.training}"
         for optimizer, before in zip(self.optimizers, self.values):
             now = _host_values(optimizer)
             if now == before:

@@ -16,8 +16,9 @@ each replay, Python in the step does not run again, random ops draw anew at each
 sync inside a capture (`item()`, printing, a host copy, a data-dependent op) raises. No replay reuses
 an optimizer's host numbers silently (capture_guards.py): a step of a `capturable=False` optimizer
 inside a capture raises CUDA's error; `torchneuron.capture` makes the optimizers of its warm-up calls
-capturable, and records again when a recorded optimizer's learning rate (or any other setting) has
-changed since; a `NeuronGraph` refuses to replay then. Other Python values the step reads (a number
+capturable, and records again when a recorded optimizer's learning rate (or any other setting), or
+the training mode of a module the step called, has changed since; a `NeuronGraph` refuses to replay
+then. Other Python values the step reads (a number
 in a closure) stay as captured.
 """
 from __future__ import annotations
