@@ -38,7 +38,7 @@ test-fused: $(STAMP)
 	TORCHNEURON_EAGER=fused $(PY) -m pytest $(MODE_TESTS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check torchneuron tests benchmarks
+	$(VENV)/bin/ruff check torchneuron tests benchmarks examples
 
 bench: $(STAMP)
 	$(PY) benchmarks/eager_overhead.py
