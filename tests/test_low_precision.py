@@ -129,3 +129,100 @@ def test_save_and_load(dtype):
     buffer.seek(0)
     on_cpu = torch.load(buffer, map_location="cpu")
     _assert_same_bits(on_cpu["w"], x)
+
+
+# ------------------------------------------------------------ torch._scaled_mm
+
+def _to_neuron(v):
+    return v.to("neuron") if isinstance(v, torch.Tensor) else v
+
+
+def _scaled_mm_both(*args, **kwargs):
+    expected = torch._scaled_mm(*args, **kwargs)
+    got = torch._scaled_mm(*map(_to_neuron, args), **{k: _to_neuron(v) for k, v in kwargs.items()})
+    assert got.device.type == "neuron" and got.dtype == expected.dtype and got.shape == expected.shape
+    return got.cpu(), expected
+
+
+def _operands(m, k, n, dtypes, column_major=True):
+    a = (torch.randn(m, k) * 4).to(dtypes[0])
+    b = (torch.randn(n, k) * 4).to(dtypes[1]).t() if column_major else (torch.randn(k, n) * 4).to(dtypes[1])
+    return a, b
+
+
+def _scales(scaling, m, n, power_of_two=False):
+    shapes = {"tensorwise": ((), ()), "rowwise": ((m, 1), (1, n))}[scaling]
+    scales = [torch.rand(s) + 0.25 for s in shapes]
+    return [torch.exp2(torch.round(torch.log2(s))) for s in scales] if power_of_two else scales
+
+
+_PAIRS = [(torch.float8_e4m3fn, torch.float8_e4m3fn), (torch.float8_e4m3fn, torch.float8_e5m2),
+          (torch.float8_e5m2, torch.float8_e4m3fn)]
+
+
+@pytest.mark.parametrize("scaling", ["tensorwise", "rowwise"])
+@pytest.mark.parametrize("dtypes", _PAIRS, ids=lambda p: "x".join(str(d)[11:] for d in p))
+@pytest.mark.parametrize("out_dtype", [None, torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_scaled_mm_as_cpu(scaling, dtypes, out_dtype, no_fallback):
+    # sizes that are no multiple of 16 (CUDA's rule, not CPU's), mat2 column- and row-major
+    for m, k, n, column_major in ((32, 64, 48, True), (5, 24, 7, False)):
+        a, b = _operands(m, k, n, dtypes, column_major)
+        sa, sb = _scales(scaling, m, n)
+        got, expected = _scaled_mm_both(a, b, sa, sb, out_dtype=out_dtype)
+        # scaled after the float8 dot, not before: within float32 rounding, then the result's
+        rtol = {None: 0.125, torch.float32: 1e-5, torch.bfloat16: 2 ** -7, torch.float16: 2 ** -10}[out_dtype]
+        torch.testing.assert_close(got.float(), expected.float(), rtol=rtol, atol=1e-4)
+
+
+@pytest.mark.parametrize("scaling", ["tensorwise", "rowwise"])
+@pytest.mark.parametrize("out_dtype", [None, torch.float32, torch.bfloat16, torch.float8_e5m2], ids=str)
+def test_scaled_mm_exact_with_power_of_two_scales(scaling, out_dtype, no_fallback):
+    # small integers in float8 and power-of-two scales: every product and sum is exact in float32,
+    # so neuron's float8 dot equals CPU's scaled float32 matmul bit for bit
+    a = torch.randint(-8, 9, (16, 32)).to(torch.float8_e4m3fn)
+    b = torch.randint(-8, 9, (24, 32)).to(torch.float8_e4m3fn).t()
+    sa, sb = _scales(scaling, 16, 24, power_of_two=True)
+    for bias in (None, torch.randint(-4, 5, (24,)).to(out_dtype or torch.float32)):
+        if bias is not None and bias.dtype.itemsize == 1:
+            continue
+        kwargs = {"bias": bias} if bias is not None else {}
+        got, expected = _scaled_mm_both(a, b, sa, sb, out_dtype=out_dtype, use_fast_accum=True, **kwargs)
+        _assert_same_bits(got, expected)
+    got, expected = _scaled_mm_both(a, b, sa, sb, out_dtype=torch.float8_e4m3fn, scale_result=torch.tensor(4.0))
+    _assert_same_bits(got, expected)
+
+
+@pytest.mark.parametrize("bias_dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_scaled_mm_bias_and_out(bias_dtype, no_fallback):
+    a, b = _operands(8, 32, 16, _PAIRS[0])
+    sa, sb = _scales("rowwise", 8, 16)
+    bias = torch.randn(16).to(bias_dtype)
+    got, expected = _scaled_mm_both(a, b, sa, sb, bias=bias, out_dtype=bias_dtype)
+    torch.testing.assert_close(got.float(), expected.float(), rtol=2 ** -7, atol=1e-4)
+    out = torch.empty(8, 16, dtype=bias_dtype, device="neuron")
+    torch._scaled_mm(a.to("neuron"), b.to("neuron"), sa.to("neuron"), sb.to("neuron"), bias=bias.to("neuron"),
+                     out_dtype=bias_dtype, out=out)
+    torch.testing.assert_close(out.cpu().float(), expected.float(), rtol=2 ** -7, atol=1e-4)
+
+
+def test_scaled_mm_refuses_what_cpu_refuses():
+    a, b = _operands(8, 32, 16, _PAIRS[0])
+    one = torch.tensor(1.0)
+    bad = {
+        "bfloat16 operands": (a.bfloat16(), b, one, one),
+        "float64 scales": (a, b, one.double(), one),
+        "1-d rowwise scales": (a, b, torch.ones(8), torch.ones(16)),
+        "mixed scalings": (a, b, torch.ones(8, 1), one),
+        "scale_b of (N, 1)": (a, b, torch.ones(8, 1), torch.ones(16, 1)),
+        "strided rowwise scale": (a, b, torch.ones(1, 8).t(), torch.ones(16, 1).t()),
+        "shapes": (a, b[:16], one, one),
+        "3-d": (a[None], b, one, one),
+    }
+    for args in bad.values():
+        with pytest.raises(Exception) as expected:
+            torch._scaled_mm(*args)
+        with pytest.raises(type(expected.value)):
+            torch._scaled_mm(*map(_to_neuron, args))
+    with pytest.raises(RuntimeError, match="Bias must be size 16"):
+        torch._scaled_mm(*map(_to_neuron, (a, b, one, one)), bias=torch.ones(3, device="neuron"),
+                         out_dtype=torch.float32)

@@ -21,9 +21,11 @@ import functools
 
 import jax.numpy as jnp
 import numpy as np
+import torch
 from jax import lax
 
 from ..runtime.dtypes import FLOAT8, to_jax
+from . import aten, lowers
 
 _F32, _F64, _E8M0 = np.dtype(jnp.float32), np.dtype(jnp.float64), np.dtype(jnp.float8_e8m0fnu)
 _FLOAT8 = frozenset(np.dtype(to_jax(d)) for d in FLOAT8)
@@ -115,3 +117,72 @@ def cast(x, dtype):
     if dst not in _FLOAT8:
         return wide if dst == _F32 else wide.astype(dst)
     return _FROM_FLOAT32[dst](wide, dst)
+
+
+# ------------------------------------------------------------ scaled matmul
+# CPU's _scaled_mm (Blas.cpp) accepts two scalings: tensorwise (one float32 scale per operand) and
+# rowwise (float32 scale_a of (M, 1), scale_b of (1, N)). PyTorch's meta kernel judges a meta
+# tensor as a CUDA one (row-major self, column-major mat2, sizes divisible by 16): neuron takes
+# what CPU takes, so the meta function is CPU's checks.
+
+def _tensorwise(t, scale) -> bool:
+    return scale.dtype == torch.float32 and scale.numel() == 1
+
+
+def _rowwise(t, scale) -> bool:
+    return (scale.dtype == torch.float32 and scale.dim() == 2 and scale.shape[0] == t.shape[0]
+            and scale.shape[1] == 1 and scale.is_contiguous())
+
+
+_SCALINGS = (_tensorwise, _rowwise)
+
+
+def _scaled_mm_meta(self, mat2, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None,
+                    use_fast_accum=False):
+    if not any(self.dtype in FLOAT8 and mat2.dtype in FLOAT8 and accepts(self, scale_a)
+               and accepts(mat2.t(), scale_b.t()) for accepts in _SCALINGS):
+        raise ValueError(
+            "Invalid scaling configuration.\n- For TensorWise scaling, a and b should be float8, scales should be "
+            "float and singletons.\n- For RowWise scaling, a and b should be float8, scales should be float, "
+            f"scale_a should be ({self.shape[0]}, 1) and scale_b should be (1, {mat2.shape[-1]}), and both should "
+            f"be contiguous.\nGot a.dtype()={self.dtype}, scale_a.dtype()={scale_a.dtype}, scale_a.size()="
+            f"{list(scale_a.shape)}, b.dtype()={mat2.dtype}, scale_b.dtype()={scale_b.dtype}, scale_b.size()="
+            f"{list(scale_b.shape)}")
+    for name, t in (("mat1", self), ("mat2", mat2)):
+        if t.dim() != 2:
+            raise RuntimeError(f"{name} must be a matrix")
+    (m, k), (k2, n) = self.shape, mat2.shape
+    if k != k2:
+        raise RuntimeError(f"mat_a and mat_b shapes cannot be multiplied ({m}x{k} and {k2}x{n})")
+    for name, scale in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if scale.numel() > 1 and scale.stride(1) != 1:
+            raise ValueError(f"expected {name}.stride(1) to be 1, but got {scale.stride(1)}")
+    if bias is not None and bias.numel() != n:
+        raise RuntimeError(f"Bias must be size {n} but got {bias.numel()}")
+    return self.new_empty((m, n), dtype=out_dtype or self.dtype)
+
+
+@lowers(aten._scaled_mm.default, meta=_scaled_mm_meta)
+def scaled_mm(self, mat2, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False):
+    """A float8 dot accumulated in float32 (an FP8 accelerator's native matmul), then scaled by
+    the outer product of the scales; CPU scales the operands in float32 before its float32 matmul,
+    which differs by float32 rounding of the scaling (none for power-of-two scales). bias adds in
+    float32; a float8 result is divided by scale_result, as CPU. use_fast_accum is a CUDA
+    accumulation choice that XLA makes for itself here."""
+    out = lax.dot_general(self, mat2, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+    out = out * _as_scale(scale_a) * _as_scale(scale_b)
+    if bias is not None:
+        out = out + _to_float32(bias)
+    dtype = np.dtype(self.dtype) if out_dtype is None else np.dtype(to_jax(out_dtype))
+    if scale_result is not None and dtype in _SCALED_RESULTS:
+        out = out * (jnp.float32(1) / scale_result.reshape(()).astype(jnp.float32))
+    return cast(out, dtype)
+
+
+# the float8 results CPU divides by scale_result
+_SCALED_RESULTS = frozenset((np.dtype(jnp.float8_e4m3fn), np.dtype(jnp.float8_e5m2)))
+
+
+def _as_scale(scale):
+    """A tensorwise scale as a scalar; a rowwise one keeps its (M, 1) or (1, N) shape."""
+    return scale.reshape(()) if scale.size == 1 else scale
