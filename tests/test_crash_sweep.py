@@ -1,6 +1,5 @@
 """No op kills the process: the ops the crash sweep found run or raise, in a spawned worker, and
 (slow) a full sweep over every op whose neuron kernel is composite finds nothing new."""
-import os
 
 import pytest
 import torch
@@ -8,7 +7,7 @@ import torch
 import torchneuron  # noqa: F401 (registers the device)
 from torchneuron.testing import crash_sweep
 
-slow = pytest.mark.skipif(os.environ.get("TORCHNEURON_SLOW_TESTS") != "1", reason="slow: TORCHNEURON_SLOW_TESTS=1")
+slow = pytest.mark.slow
 
 # What `python -m torchneuron.testing.crash_sweep` found (torch 2.13): each killed the process
 # before it got a lowering, a redirect or a refusal (torchneuron/eager/unsupported.py).

@@ -17,7 +17,7 @@ from torchneuron.compile import compile_stats
 diffusers = pytest.importorskip("diffusers")
 
 pytestmark = pytest.mark.usefixtures("fresh_dynamo", "no_fallback")
-slow = pytest.mark.skipif(os.environ.get("TORCHNEURON_SLOW_TESTS") != "1", reason="slow: TORCHNEURON_SLOW_TESTS=1")
+slow = pytest.mark.slow
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BATCH = 2
 

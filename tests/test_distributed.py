@@ -21,7 +21,7 @@ from torchneuron.testing.models import MODELS, batches, loss_of
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT = datetime.timedelta(seconds=60)
 # The 4-process mesh and the torchrun example add about a minute; run them with TORCHNEURON_SLOW_TESTS=1.
-slow = pytest.mark.skipif(os.environ.get("TORCHNEURON_SLOW_TESTS") != "1", reason="slow: TORCHNEURON_SLOW_TESTS=1")
+slow = pytest.mark.slow
 
 
 def _free_port() -> int:

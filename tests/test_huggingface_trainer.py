@@ -192,7 +192,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.skipif(os.environ.get("TORCHNEURON_SLOW_TESTS") != "1", reason="slow: TORCHNEURON_SLOW_TESTS=1")
+@pytest.mark.slow
 def test_trainer_under_torchrun_matches_cpu(tmp_path):
     cpu = _torchrun(tmp_path / "cpu", "cpu")
     neuron = _torchrun(tmp_path / "neuron", "neuron")

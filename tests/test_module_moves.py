@@ -148,8 +148,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("processes", [1, pytest.param(2, marks=pytest.mark.skipif(
-    os.environ.get("TORCHNEURON_SLOW_TESTS") != "1", reason="slow: TORCHNEURON_SLOW_TESTS=1"))])
+@pytest.mark.parametrize("processes", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_accelerate_example_trains_as_on_cpu(processes):
     neuron, cpu = _example(processes=processes), _example("--cpu", processes=processes)
     assert neuron["device"].startswith("neuron") and neuron["processes"] == processes
