@@ -714,3 +714,22 @@ def test_zeta_entr_and_eigvals():
     check(lambda q: torch.special.zeta(2.0, q), torch.tensor([1.0, 2.0, 3.5]), rtol=1e-4, atol=1e-5)
     check(torch.special.entr, torch.tensor([-1.0, 0.0, 0.5, 2.0]))
     check(torch.linalg.eigvals, torch.tensor([[2.0, 1.0], [0.5, 3.0]]), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("source", [torch.complex64, torch.float32, torch.int64], ids=str)
+@pytest.mark.parametrize("op", [torch.abs, torch.angle], ids=["abs", "angle"])
+def test_abs_and_angle_into_outs_of_other_dtypes(op, source):
+    # a complex input's magnitudes (angles) into a complex out, or a real one its real dtype casts to
+    x = torch.tensor([3 + 4j, -1j, 0, -2], dtype=torch.complex64)
+    x = x if source.is_complex else x.real.to(source)
+    for out_dtype in (torch.complex64, torch.complex128, torch.float64, torch.float32, torch.int64):
+        outcomes = []
+        for device in ("cpu", "neuron"):
+            try:
+                outcomes.append(op(x.to(device), out=torch.empty(0, dtype=out_dtype, device=device)).cpu())
+            except RuntimeError as e:
+                outcomes.append(str(e))
+        if isinstance(outcomes[0], str):
+            assert outcomes[1] == outcomes[0]
+        else:
+            torch.testing.assert_close(outcomes[1], outcomes[0])

@@ -1,3 +1,5 @@
+import warnings
+
 import pytest
 import torch
 from reference import check
@@ -466,3 +468,38 @@ def test_median_of_an_empty_tensor(op, dtype):
     # CPU's NaN converted to the dtype, not a value picked from nothing
     check(op, torch.empty(0, dtype=dtype))
     check(op, torch.empty(2, 0, dtype=dtype))
+
+
+def test_bincount_of_negative_values_raises_cpus_error():
+    with pytest.raises(RuntimeError) as cpu:
+        torch.bincount(torch.tensor([-1, 2]))
+    with pytest.raises(RuntimeError, match=str(cpu.value).replace(".", "\\.")):
+        torch.bincount(torch.tensor([-1, 2], device="neuron")).cpu()
+
+
+DOF_CALLS = {
+    "std over a dim": lambda t: torch.std(t, 1, correction=3),
+    "var of all": lambda t: torch.var(t, correction=6),
+    "var_mean over a dim": lambda t: torch.var_mean(t, 0, correction=2),
+    "std_mean of all": lambda t: torch.std_mean(t, correction=7),
+    "var of one element": lambda t: torch.var(t[:1, :1]),
+    "std with a fractional correction": lambda t: torch.std(t, 0, correction=2.5),
+    "var over an empty dim": lambda t: torch.var(t[:, :0], 1),
+    "var unbiased": lambda t: torch.var(t, 0),
+    "std biased of one element": lambda t: torch.std(t[:1, :1], unbiased=False),
+    "var over dims": lambda t: torch.var(t, (0, 1), correction=5),
+}
+
+
+@pytest.mark.parametrize("name", DOF_CALLS)
+def test_degrees_of_freedom_warning_as_cpu(name):
+    # CPU warns where the correction leaves no degrees of freedom, and only there
+    messages = []
+    for device in ("cpu", "neuron"):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = DOF_CALLS[name](torch.arange(6.0).view(2, 3).to(device))
+            torch.utils._pytree.tree_map(lambda r: r.cpu(), result)
+        messages.append([str(w.message).split(" (Triggered internally")[0] for w in caught
+                         if "degrees of freedom" in str(w.message)])
+    assert messages[1] == messages[0]

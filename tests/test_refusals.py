@@ -68,6 +68,12 @@ def test_neuron_refuses_what_cpu_refuses_and_runs_the_rest(name, fn, arity, dtyp
         assert neuron == cpu.replace("on CPU", "on neuron")
 
 
+def _kthvalue_into(a, values_of):
+    values = values_of(a)
+    return torch.kthvalue(a, 1, 0, keepdim=values.dim() == a.dim(),
+                          out=(values, torch.empty(values.shape, dtype=torch.long, device=a.device)))[0]
+
+
 ARGUMENT_RULES = {
     "index_add other shapes": lambda d: torch.index_add(torch.ones(3, 2, device=d), 0, torch.tensor([0, 1], device=d),
                                                         torch.ones(2, device=d)),
@@ -115,6 +121,30 @@ ARGUMENT_RULES = {
     "median of an empty bool tensor": lambda d: torch.median(torch.ones(0, dtype=torch.bool, device=d)),
     "nanmedian of an empty complex tensor": lambda d: torch.nanmedian(torch.ones(0, dtype=torch.complex64, device=d)),
     "median of bools over a dim": lambda d: torch.median(torch.ones(2, dtype=torch.bool, device=d), 0)[0],
+    "all into floats": lambda d: torch.all(torch.ones(2, 3, device=d), out=torch.empty(0, device=d)),
+    "any into longs": lambda d: torch.any(torch.ones(2, 3, device=d), 1, out=torch.empty(0, dtype=torch.long, device=d)),
+    "all into bytes": lambda d: torch.all(torch.ones(2, 3, device=d), 0, out=torch.empty(0, dtype=torch.uint8, device=d)),
+    "any of bytes into bytes": lambda d: torch.any(torch.ones(2, 3, dtype=torch.uint8, device=d),
+                                                   out=torch.empty(0, dtype=torch.uint8, device=d)),
+    "mode of complex": lambda d: torch.mode(torch.ones(2, 3, dtype=torch.complex64, device=d))[0],
+    "mode into float indices": lambda d: torch.mode(torch.ones(2, 3, device=d), out=(
+        torch.empty(0, device=d), torch.empty(0, device=d)))[0],
+    "mode into double values": lambda d: torch.mode(torch.ones(2, 3, device=d), out=(
+        torch.empty(0, dtype=torch.double, device=d), torch.empty(0, dtype=torch.long, device=d)))[0],
+    "bincount of floats": lambda d: torch.bincount(torch.ones(3, device=d)),
+    "bincount of bools": lambda d: torch.bincount(torch.ones(3, dtype=torch.bool, device=d)),
+    "bincount of two dims": lambda d: torch.bincount(torch.ones(2, 3, dtype=torch.long, device=d)),
+    "bincount weights of another length": lambda d: torch.bincount(torch.tensor([1, 2], device=d), torch.ones(3, device=d)),
+    "bincount weights of two dims": lambda d: torch.bincount(torch.tensor([1, 2], device=d), torch.ones(2, 1, device=d)),
+    "bincount negative minlength": lambda d: torch.bincount(torch.tensor([1, 2], device=d), minlength=-1),
+    "bincount of nothing": lambda d: torch.bincount(torch.tensor([], dtype=torch.long, device=d), minlength=3),
+    "aminmax of complex": lambda d: torch.aminmax(torch.ones(3, dtype=torch.complex64, device=d))[0],
+    "aminmax into doubles": lambda d: torch.aminmax(torch.ones(3, device=d), out=(
+        torch.empty(0, dtype=torch.double, device=d), torch.empty(0, device=d)))[0],
+    "kthvalue into its input": lambda d: _kthvalue_into(torch.ones(1, 3, device=d), lambda a: a),
+    "kthvalue into its input's row": lambda d: _kthvalue_into(torch.ones(2, 3, device=d), lambda a: a[0]),
+    "kthvalue into another tensor": lambda d: torch.kthvalue(torch.ones(2, 3, device=d), 1, 0, out=(
+        torch.empty(3, device=d), torch.empty(3, dtype=torch.long, device=d)))[0],
     "embedding of a 0-d weight": lambda d: torch.nn.functional.embedding(torch.tensor([0], device=d),
                                                                          torch.ones((), device=d)),
 }

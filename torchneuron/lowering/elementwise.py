@@ -15,7 +15,7 @@ import torch
 from jax import lax
 
 from ..runtime.dtypes import CPU_ACC_TYPE, scalar_type_name, to_jax
-from . import DEFAULT, INT_TO_FLOAT, NO_OPMATH, aten, checks_arguments, lowers
+from . import DEFAULT, INT_TO_FLOAT, NO_OPMATH, aten, checks_arguments, lowers, overrides_meta
 from .low_precision import cast
 
 SELF = ("self",)
@@ -144,6 +144,24 @@ def neg(self):
 @lowers(aten.abs.default)
 def absolute(self):
     return self if self.dtype == jnp.bool_ else jnp.abs(self)
+
+
+@overrides_meta(aten.abs.out)
+def _abs_out_meta(self, *, out):
+    """CPU's abs_out (PyTorch's meta kernel wants out in the result's dtype): a complex input's
+    magnitudes go to a complex out, or to a real out its real dtype casts to; any other input's
+    out has the input's dtype."""
+    from torch._prims_common.wrappers import _maybe_resize_out, _safe_copy_out
+    value = aten.abs.default(self)
+    if self.dtype.is_complex and not out.dtype.is_complex:
+        if not torch.can_cast(value.dtype, out.dtype):
+            raise RuntimeError(f"result type {scalar_type_name(value.dtype)} can't be cast to the desired output type "
+                               f"{scalar_type_name(out.dtype)}")
+    elif out.dtype != self.dtype:
+        raise RuntimeError(f"Found dtype {scalar_type_name(out.dtype)} but expected {scalar_type_name(self.dtype)}")
+    _maybe_resize_out(out, value.shape)
+    _safe_copy_out(copy_from=value, copy_to=out, exact_dtype=False)
+    return out
 
 
 @lowers(aten.sign.default)

@@ -36,6 +36,8 @@ def histc(self, bins=100, min=0, max=0):  # the schema's names shadow builtins
 def bincount(self, weights=None, minlength=0):
     """Counts (or summed weights) of each value in 0..max; the length depends on the data. Weights
     keep float32 and become float64 otherwise, as on CPU."""
+    if self.size and int(jnp.min(self)) < 0:
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
     length = max(int(jnp.max(self)) + 1 if self.size else 0, minlength)
     if weights is None:
         return jnp.zeros(length, jnp.int64).at[self].add(1)

@@ -15,6 +15,9 @@ PyTorch's meta functions and do not take them.
 """
 from __future__ import annotations
 
+import math
+import warnings
+
 import torch
 
 from ..runtime.dtypes import scalar_type_name
@@ -111,7 +114,8 @@ _ON_SELF = {
     "frac": _integral_or_complex, "logit": _complex, "erf": _complex, "erfinv": _complex, "i0": _complex,
     "lgamma": _complex, "digamma": _complex, "bitwise_not": _not_integral, "lerp": _integral,
     "amax": _complex, "amin": _complex,
-    "cummax": _complex, "cummin": _complex, "dot": _bool, "vdot": _bool, "_softmax": _not_floating,
+    "cummax": _complex, "cummin": _complex, "mode": _complex, "aminmax": _complex, "bincount": _not_integer,
+    "dot": _bool, "vdot": _bool, "_softmax": _not_floating,
     "_log_softmax": _not_floating,
 }
 # binary ops, on their operands' common dtype
@@ -344,6 +348,106 @@ for _name in ("median", "nanmedian"):
             *[op for op in _overloads((_packet,)) if op not in _along_dim(_packet)])
 refuses(_selected_dim_not_empty("kthvalue", 2), *_overloads((aten.kthvalue,)))
 refuses(_selected_dim_not_empty("mode", 1), *_overloads((aten.mode,)))
+
+
+def _degrees_of_freedom(name: str, op):
+    """std's, var's, std_mean's and var_mean's warning where the correction leaves no degrees of
+    freedom (CPU's warn_invalid_degrees_of_freedom). Told when a plan is built, so once per
+    signature rather than at every call."""
+    names = [a.name for a in op._schema.arguments]
+
+    def check(*args, **kwargs):
+        bound = dict(zip(names, args), **kwargs)
+        self, dim = bound["self"], bound.get("dim")
+        dim = [dim] if isinstance(dim, int) else list(dim or range(self.dim()))
+        if any(not isinstance(d, int) for d in dim):
+            return  # (named dimensions)
+        reduced = {d % max(self.dim(), 1) for d in dim}
+        out_numel = math.prod(1 if d in reduced else n for d, n in enumerate(self.shape))
+        factor = self.numel() // out_numel if out_numel else 0
+        correction = bound.get("correction")
+        if correction is None:
+            correction = 1 if bound.get("unbiased", True) else 0
+        if factor - correction <= 0:
+            warnings.warn(f"{name}(): degrees of freedom is <= 0. Correction should be strictly less than the "
+                          "reduction factor (input numel divided by output numel).", UserWarning, stacklevel=2)
+    return check
+
+
+for _name in ("std", "var", "std_mean", "var_mean"):
+    for _op in _overloads((getattr(aten, _name),)):
+        refuses(_degrees_of_freedom(_name, _op), _op)
+
+
+def _kthvalue_values_apart(self, *args, values=None, **kwargs) -> None:
+    """CPU's kthvalue writes its values apart from its input (assert_no_overlap: even the same
+    tensor, which in-place ops may be, is refused)."""
+    if values is None or not self.numel() or not values.numel():
+        return
+    handle = self.untyped_storage().data_ptr()
+    if not handle or handle != values.untyped_storage().data_ptr():
+        return
+    dense = torch._prims_common.is_non_overlapping_and_dense_or_false
+    if not (dense(self) and dense(values)):
+        return  # (ATen's TOO_HARD: not checked)
+    a = (self.storage_offset() * self.element_size(), (self.storage_offset() + self.numel()) * self.element_size())
+    b = (values.storage_offset() * values.element_size(),
+         (values.storage_offset() + values.numel()) * values.element_size())
+    if a[0] < b[1] and b[0] < a[1]:
+        raise RuntimeError("unsupported operation: some elements of the input tensor and the written-to tensor "
+                           "refer to a single memory location. Please clone() the tensor before performing the "
+                           "operation.")
+
+
+refuses(_kthvalue_values_apart, *_overloads((aten.kthvalue,)))
+
+
+def _all_any_out(name: str):
+    """all's and any's out= holds bool (or uint8, the legacy result of uint8 inputs)."""
+    def check(*args, out=None, **kwargs):
+        if out is not None and out.dtype not in (torch.bool, torch.uint8):
+            raise RuntimeError(f"{name} only supports bool tensor for result, got: {scalar_type_name(out.dtype)}")
+    return check
+
+
+for _name in ("all", "any"):
+    refuses(_all_any_out(_name), *[op for op in _overloads((getattr(aten, _name),)) if "out" in op._schema.overload_name])
+
+
+def _mode_outs(self, *args, values=None, indices=None, **kwargs) -> None:
+    if values is not None and values.dtype != self.dtype:
+        raise RuntimeError(f"expected scalar type '{scalar_type_name(self.dtype)}' but got "
+                           f"'{scalar_type_name(values.dtype)}' for values output")
+    if indices is not None and indices.dtype != torch.int64:
+        raise RuntimeError(f"expected scalar type 'Long' but got '{scalar_type_name(indices.dtype)}' for indices output")
+
+
+refuses(_mode_outs, *_overloads((aten.mode,)))
+
+
+def _aminmax_outs(self, *args, min=None, max=None, **kwargs) -> None:
+    for out in (min, max):
+        if out is not None and out.dtype != self.dtype:
+            raise RuntimeError(f"Expected out tensor to have dtype {_CPP_NAMES.get(self.dtype, self.dtype)}, but got "
+                               f"{_CPP_NAMES.get(out.dtype, out.dtype)} instead")
+
+
+refuses(_aminmax_outs, *_overloads((aten.aminmax,)))
+
+
+def _bincount_arguments(self, weights=None, minlength=0, *args, **kwargs) -> None:
+    """CPU's checks from shapes (negative values: the lowering, which sees them)."""
+    if minlength < 0:
+        raise RuntimeError("minlength should be >= 0")
+    if self.dim() == 1 and self.numel() == 0:
+        return
+    if self.dim() != 1:
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+    if weights is not None and (weights.dim() != 1 or weights.shape[0] != self.shape[0]):
+        raise RuntimeError("weights should be 1-d and have the same length as input")
+
+
+refuses(_bincount_arguments, *_overloads((aten.bincount,)))
 
 
 # C++'s names of the element types, as CPU's masked_fill_ spells a mask's dtype
