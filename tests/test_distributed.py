@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -17,17 +16,12 @@ import torch.nn.functional as F
 
 import torchneuron.distributed as tnd
 from torchneuron.testing.models import MODELS, batches, loss_of
+from torchneuron.testing.processes import free_port as _free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT = datetime.timedelta(seconds=60)
 # The 4-process mesh and the torchrun example add about a minute; run them with TORCHNEURON_SLOW_TESTS=1.
 slow = pytest.mark.slow
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _entry(rank: int, worker, world: int, timeout: datetime.timedelta, args) -> None:

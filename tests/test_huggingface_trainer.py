@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import torchneuron
+from torchneuron.testing.processes import free_port
 
 transformers = pytest.importorskip("transformers")
 accelerate = pytest.importorskip("accelerate")
@@ -178,18 +179,11 @@ def _torchrun(output_dir, device):
     tests = pathlib.Path(__file__).parent
     env = {**os.environ, "PYTHONPATH": str(tests.parent), "OMP_NUM_THREADS": "1", "TORCHNEURON_CORES": "2"}
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--master-port",
-                          str(_free_port()), "--no-python", sys.executable, "-c", _TORCHRUN,
+                          str(free_port()), "--no-python", sys.executable, "-c", _TORCHRUN,
                           str(tests), str(output_dir), device], env=env, capture_output=True, text=True,
                          timeout=400, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
     return {rank: json.loads((output_dir / f"result-{rank}.json").read_text()) for rank in (0, 1)}
-
-
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from torchneuron.testing.models import MLP
+from torchneuron.testing.processes import free_port
 
 EXAMPLE = pathlib.Path(__file__).resolve().parent.parent / "examples" / "accelerate_train.py"
 
@@ -134,18 +135,11 @@ def _example(*argv, processes=1):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCHNEURON_CORES": "2"}
     launcher = [sys.executable] if processes == 1 else \
         [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={processes}", "--master-port",
-         str(_free_port())]
+         str(free_port())]
     out = subprocess.run([*launcher, str(EXAMPLE), "--steps", "6", *argv], env=env, capture_output=True,
                          text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize("processes", [1, pytest.param(2, marks=pytest.mark.slow)])

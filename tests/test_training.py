@@ -4,14 +4,8 @@ import gc
 import pytest
 import torch
 
-import torchneuron
 from torchneuron.testing.float64 import shadowed_training
 from torchneuron.testing.models import train
-
-
-@pytest.fixture
-def no_fallback(monkeypatch):
-    monkeypatch.setattr(torchneuron.config, "FALLBACK", "error")
 
 
 @pytest.mark.parametrize("kind,optimizer", [("mlp", "sgd"), ("mlp", "adam"), ("cnn", "adamw"), ("gpt", "adamw")])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -19,3 +20,10 @@ def runs_sharing_a_cache(program: str, cache_dir, argvs=((), ()), **env) -> list
         assert done.returncode == 0, done.stderr[-3000:]
         results.append(json.loads(done.stdout.strip().splitlines()[-1]))
     return results
+
+
+def free_port() -> int:
+    """A TCP port on the loopback interface nothing listens on now (for a rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
