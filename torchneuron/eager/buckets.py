@@ -43,7 +43,7 @@ from jax import lax
 
 from .. import config
 from ..lowering import LOWERINGS, META_OVERRIDES, calling, check_refusals, draws_random, padding
-from ..runtime import deferred, device_asserts, executables, storages
+from ..runtime import deferred, device_asserts, executables, storages, tables
 from ..runtime.dtypes import host_scalar, to_jax
 from ..runtime.layout import Layout, canonical_stride, contiguous_stride, read
 from .describe import CallDescription, buffers_of, is_tensor_entry
@@ -60,9 +60,19 @@ _META_ERRORS = (RuntimeError, ValueError, IndexError, TypeError, NotImplementedE
 # Calls of one exact signature served padded before it gets its own exact plan: a growing cache
 # meets each size a few times per step (once per layer), a fixed-size loop meets its size forever.
 EXACT_AFTER = 128
+_SERVED_LIMIT = 8192  # (cleared past it: a count lost only delays a size's own plan)
 _SERVED: dict = {}  # exact plan key -> calls served padded
-FAMILIES: dict = {}  # family key -> its streams
-PLANS: dict = {}  # bucket key -> BucketedPlan, or the reason the op refused to run padded
+tables.register("bucket calls served", _SERVED.__len__, _SERVED_LIMIT)
+FAMILIES = tables.BoundedTable("bucket families", 4096)  # family key -> its streams
+
+
+def _forget_plan(key, plan) -> None:
+    if isinstance(plan, BucketedPlan):
+        executables.forget_when_empty(plan.function, key)
+
+
+# bucket key -> BucketedPlan, or the reason the op refused to run padded
+PLANS = tables.BoundedTable("bucketed plans", 4096, on_drop=_forget_plan)
 STATS = collections.Counter()  # calls, plans, refused
 
 
@@ -216,14 +226,14 @@ def run(schema: OpSchema, args, kwargs, desc: CallDescription):
     served = _SERVED.get(exact_key, 0)
     if served >= EXACT_AFTER:  # a size that keeps coming back: its exact plan (no gathers) pays
         return _refuse(f"this exact signature ran padded {EXACT_AFTER} times: it gets its own plan")
-    if len(_SERVED) >= 8192:
+    if len(_SERVED) >= _SERVED_LIMIT:
         _SERVED.clear()
     _SERVED[exact_key] = served + 1
     family_key, sizes, may_vary = structure
     family_key = (schema.op, family_key, desc.index)
     streams = FAMILIES.get(family_key)
     if streams is None:
-        FAMILIES[family_key] = [_Stream(sizes)]
+        FAMILIES.add(family_key, [_Stream(sizes)])
         return _refuse("the first call of its kind")
     ranks = [t.dim() for t in desc.tensors]
     owners = [i for i, r in enumerate(ranks) for _ in range(r)]
@@ -256,10 +266,10 @@ def run(schema: OpSchema, args, kwargs, desc: CallDescription):
     plan = PLANS.get(key, _MISSING)
     if plan is _MISSING:
         plan = _build(schema, args, kwargs, desc, shapes, varying)
-        PLANS[key] = plan
+        PLANS.add(key, plan)
         if isinstance(plan, BucketedPlan):
             STATS["plans"] += 1
-            executables.when_empty(plan.function, functools.partial(PLANS.pop, key, None))
+            executables.when_empty(plan.function, functools.partial(PLANS.discard, key, plan), key)
             if _LOG_RECOMPILES:
                 growing = ", ".join(f"tensor {i} dim {d}" for i, v in enumerate(varying) for d, g in enumerate(v) if g)
                 print(f"torchneuron recompile: {schema.op} for shapes {[list(t.shape) for t in desc.tensors]} "

@@ -16,7 +16,7 @@ import threading
 import torch
 
 from .. import config
-from ..runtime import executables, storages
+from ..runtime import executables, storages, tables
 from ..runtime.core import urgent
 from ..runtime.dtypes import UnsupportedDtypeError, host_scalar
 from . import buckets, overlap, recompiles
@@ -37,8 +37,22 @@ from .schema import Kind, OpSchema, parse
 _lock = threading.RLock()
 _lookup = storages.lookup
 _LOG_RECOMPILES = "recompiles" in config.LOG
-# op -> {plan key -> Plan}: the plans of every op, whichever kernel runs it.
+# op -> {plan key -> Plan}: the plans of every op, whichever kernel runs it. Plain dicts, read by
+# each call; their total is bounded by _BUILT, which knows the order the plans were built in.
 PLANS: dict = {}
+PLAN_LIMIT = 8192
+
+
+def _forget_plan(op_and_key, plans) -> None:
+    """(_BUILT's limit) a plan built long ago goes: built again at its next call, if any."""
+    plan = plans.pop(op_and_key[1], None)
+    if plan is not None and plan.function is not None:
+        executables.forget_when_empty(plan.function, op_and_key)
+
+
+_BUILT = tables.BoundedTable("eager plans", PLAN_LIMIT, on_drop=_forget_plan)  # (op, plan key) -> its op's plans
+# (reported as the plans held: _BUILT also keeps keys whose plans went with their programs)
+tables.register("eager plans", lambda: sum(map(len, list(PLANS.values()))), PLAN_LIMIT)
 
 
 def plans_of(op) -> dict:
@@ -207,8 +221,9 @@ def _run_described(schema: OpSchema, plans: dict, args, kwargs, resized: bool = 
             plan.apply_resizes(args, kwargs)
             return _run_described(schema, plans, args, kwargs, True)  # (the resizes' growths drained first)
         plans[key] = plan
+        _BUILT.add((schema.op, key), plans)
         if plan.function is not None:  # evicted from the executable cache: built again when called
-            executables.when_empty(plan.function, functools.partial(plans.pop, key, None))
+            executables.when_empty(plan.function, functools.partial(plans.pop, key, None), (schema.op, key))
         if _LOG_RECOMPILES:
             recompiles.log_new_plan(schema, plans, key, desc)
     return plan.execute(args, kwargs, desc)

@@ -14,7 +14,7 @@ import torch
 from torch._decomp import meta_table
 
 from ..lowering import LOWERINGS, META_OVERRIDES, Lowering, calling, check_refusals, draws_random
-from ..runtime import device_asserts, devices, executables
+from ..runtime import device_asserts, devices, executables, tables
 from ..runtime.dtypes import scalar_type_name
 from ..runtime.layout import Layout, canonical_stride, contiguous_stride
 from . import overlap, plan_store
@@ -33,7 +33,10 @@ def _fresh_layout(out: torch.Tensor) -> Layout:
     return lay
 
 
-_PROGRAMS: dict = {}  # a program's identity -> its Function, shared by every plan of that program
+# a program's identity -> its Function, shared by every plan of that program; it goes when the
+# cache evicts the program's executables, or past the limit (its plans keep it; a new plan of the
+# same identity makes a new Function, which loads the program again)
+_PROGRAMS = tables.BoundedTable("eager programs", 8192)
 
 
 def _program(identity, make) -> executables.Function:
@@ -42,8 +45,9 @@ def _program(identity, make) -> executables.Function:
         return make()
     function = _PROGRAMS.get(identity)
     if function is None:
-        function = _PROGRAMS[identity] = make()
-        executables.when_empty(function, functools.partial(_PROGRAMS.pop, identity, None))
+        function = make()
+        _PROGRAMS.add(identity, function)
+        executables.when_empty(function, functools.partial(_PROGRAMS.discard, identity, function))
     return function
 
 

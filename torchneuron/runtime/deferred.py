@@ -33,7 +33,7 @@ import jax
 import numpy as np
 
 from .. import config
-from . import assert_messages, compilation_cache, devices, executables
+from . import assert_messages, compilation_cache, devices, executables, tables
 from .dtypes import HOST_SCALAR_IDENTS, PYTHON_SCALAR_TYPES
 
 # A bounded segment: a longer one is flushed (what a pending segment holds alive stays bounded,
@@ -91,7 +91,9 @@ class Segment:
 _mode = {"fused": config.EAGER == "fused"}
 _segment = Segment()
 _lock = threading.RLock()
-_SEGMENTS: dict = {}  # structure -> executables.Function
+# structure -> executables.Function; it goes when the cache evicts its program, or past the limit
+# (where the cache still holds its executables until their turn to be evicted)
+_SEGMENTS = tables.BoundedTable("fused segments", 4096)
 STATS = collections.Counter()  # ops, segments, segment_compiles, and flush reasons ("flush:<reason>")
 
 
@@ -343,10 +345,11 @@ def flush(reason: str = "flush", drain: bool = True) -> None:
             plans = {function for function, _ in segment.nodes}
             for function in plans:
                 function.segments += 1
-            program = _SEGMENTS[key] = executables.Function(
+            program = executables.Function(
                 composed(segment.nodes, [(j, k) for j, k, _ in live]), "segment", f"segment of {len(segment.nodes)}",
-                on_empty=functools.partial(_segment_evicted, key, plans), identity=_identity(segment.nodes, live),
-                device=devices.jax_device(segment.device))
+                identity=_identity(segment.nodes, live), device=devices.jax_device(segment.device))
+            program.on_empty = functools.partial(_segment_evicted, key, program, plans)
+            _SEGMENTS.add(key, program)
             # its plans' checks, whose traces it reuses (their messages are stored with it)
             program.messages = set().union(*(function.messages for function, _ in segment.nodes))
         started = time.perf_counter()
@@ -364,11 +367,11 @@ def flush(reason: str = "flush", drain: bool = True) -> None:
                   file=sys.stderr)
 
 
-def _segment_evicted(key, plans) -> None:
+def _segment_evicted(key, program, plans) -> None:
     """The cache dropped a segment's program. A plan function that only ran inside segments has no
     executable of its own for the cache to evict: it goes (with the plan that holds it) once no
     cached segment holds it, or fused eager would keep a plan per shape forever."""
-    _SEGMENTS.pop(key, None)
+    _SEGMENTS.discard(key, program)  # (not one made in its place after the table's limit dropped it)
     for function in plans:
         function.segments -= 1
         if not function.segments and not function.signatures and function.on_empty is not None:

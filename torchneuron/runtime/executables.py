@@ -27,7 +27,7 @@ import warnings
 import jax
 
 from .. import config
-from . import assert_messages, compilation_cache, prefetch
+from . import assert_messages, compilation_cache, host_memory, prefetch, tables
 from .background import BackgroundQueue, stopping
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -161,21 +161,32 @@ class Function:
         return compiled(*args)
 
 
-def when_empty(function: Function, callback) -> None:
-    """Also call `callback` once the cache has evicted every executable of `function`."""
-    previous = function.on_empty
-    function.on_empty = callback if previous is None else _Both(previous, callback)
+def when_empty(function: Function, callback, token=None) -> None:
+    """Also call `callback` once the cache has evicted every executable of `function`. A later
+    callback with the same `token` (default: the callback itself) replaces it: the plans of a
+    shared program register one each, and one built again must not add another."""
+    callbacks = function.on_empty
+    if type(callbacks) is not _Callbacks:
+        callbacks = function.on_empty = _Callbacks() if callbacks is None else _Callbacks({callbacks: callbacks})
+    callbacks[callback if token is None else token] = callback
 
 
-class _Both:
-    __slots__ = ("first", "second")
+def forget_when_empty(function: Function, token) -> None:
+    """Drop the callback registered with `token` (its table forgot the entry it would drop)."""
+    callbacks = function.on_empty
+    if type(callbacks) is _Callbacks:
+        callbacks.pop(token, None)
 
-    def __init__(self, first, second):
-        self.first, self.second = first, second
+
+class _Callbacks(dict):
+    """token -> callback, called in turn (a dict, not a chain of pairs: a program shared by
+    thousands of plans, a view's at each offset, would nest past Python's recursion limit)."""
+
+    __slots__ = ()
 
     def __call__(self):
-        self.first()
-        self.second()
+        for callback in list(self.values()):
+            callback()
 
 
 def _signature(args) -> tuple:
@@ -439,7 +450,9 @@ class ExecutableCache:
 
     def _remove(self, entry) -> None:
         function, signature = entry
-        self.bytes -= self.entries.pop(entry)
+        size = self.entries.pop(entry)
+        self.bytes -= size
+        host_memory.freed(size)
         compiled = function.signatures.pop(signature)
         if function.compiled is compiled:
             function.compiled = _not_compiled
@@ -472,6 +485,9 @@ class ExecutableCache:
                 "compile_seconds": stats["compile_seconds"],
                 "entries_by_kind": {k: v for k, v in self.by_kind.items() if v},
                 "persistent_cache": compilation_cache.directory(),
+                # the plan, program and segment tables (entries, limit), and host memory handed back
+                "tables": tables.report(),
+                **host_memory.STATS,
             }
 
 
