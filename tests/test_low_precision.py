@@ -226,3 +226,104 @@ def test_scaled_mm_refuses_what_cpu_refuses():
     with pytest.raises(RuntimeError, match="Bias must be size 16"):
         torch._scaled_mm(*map(_to_neuron, (a, b, one, one)), bias=torch.ones(3, device="neuron"),
                          out_dtype=torch.float32)
+
+
+# ------------------------------------------------------------ torchao
+
+def _gpt_losses(device, recipe=None, steps=4, compiled=False):
+    """Losses of the project's GPT trained `steps` AdamW steps, its linears in torchao's float8
+    `recipe` (the tied output head stays in high precision, as torchao advises for the last layer)."""
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+    from torchneuron.testing.models import GPT, batches
+    torch.manual_seed(0)
+    model = GPT()
+    if recipe is not None:
+        convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(recipe),
+                                   module_filter_fn=lambda module, fqn: fqn != "head")
+    model = model.to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    forward = torch.compile(model, backend="neuron") if compiled else model
+    losses = []
+    for inputs, targets in batches("gpt", steps):
+        loss = forward(inputs.to(device), targets.to(device))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return torch.tensor(losses)
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_torchao_float8_training(recipe, compiled, no_fallback, fresh_dynamo):
+    pytest.importorskip("torchao")
+    expected = _gpt_losses("cpu", recipe)
+    got = _gpt_losses("neuron", recipe, compiled=compiled)
+    # float8 casts of slightly different float32 values round apart now and then: CPU's float8
+    # run within a float8 rounding's effect on the loss, and float8 near full precision's
+    torch.testing.assert_close(got, expected, rtol=2e-3, atol=0)
+    torch.testing.assert_close(got, _gpt_losses("neuron"), rtol=2e-2, atol=0)
+
+
+def _quantized_gpts(config_name):
+    """(float model, CPU-quantized, quantized on neuron, CPU-quantized moved to neuron) for a torchao
+    quantization config, its linears quantized (the tied head stays in high precision)."""
+    import copy
+
+    from torchao import quantization
+
+    from torchneuron.testing.models import GPT
+    torch.manual_seed(0)
+    model = GPT().eval()
+    config = getattr(quantization, config_name)
+
+    def quantized(m):
+        quantization.quantize_(m, config(), filter_fn=lambda mod, fqn: isinstance(mod, torch.nn.Linear) and fqn != "head")
+        return m
+    on_cpu = quantized(copy.deepcopy(model))
+    return model, on_cpu, quantized(copy.deepcopy(model).to("neuron")), copy.deepcopy(on_cpu).to("neuron")
+
+
+def _forward(model, tokens):
+    with torch.no_grad():
+        return model(tokens.to(next(model.parameters()).device)).cpu()
+
+
+@pytest.mark.parametrize("config_name", ["Int8WeightOnlyConfig", "Float8WeightOnlyConfig"])
+def test_torchao_weight_only_quantization(config_name, no_fallback):
+    pytest.importorskip("torchao")
+    from torchneuron.testing.models import batches
+    tokens, _ = next(batches("gpt", 1))
+    model, on_cpu, on_neuron, moved = _quantized_gpts(config_name)
+    expected = _forward(on_cpu, tokens)
+    # CPU's quantized weights on neuron: CPU's outputs within float32 rounding
+    torch.testing.assert_close(_forward(moved, tokens), expected, rtol=1e-5, atol=1e-5)
+    # quantized on neuron: each weight CPU's, or one quantization step from it where its scale
+    # came out one float32 ulp apart (XLA:CPU divides by a broadcast scale as a multiplication
+    # by its reciprocal), so the outputs are within the quantization's own error of CPU's
+    for name in ("qkv", "proj"):
+        cpu_weight, neuron_weight = getattr(on_cpu.blocks[0], name).weight, getattr(on_neuron.blocks[0], name).weight
+        assert type(neuron_weight) is type(cpu_weight)
+        torch.testing.assert_close(neuron_weight.scale.cpu(), cpu_weight.scale, rtol=3e-7, atol=0)
+        steps = (neuron_weight.qdata.cpu().float() - cpu_weight.qdata.float()).abs()
+        if neuron_weight.qdata.dtype == torch.int8:
+            assert steps.max() <= 1 and (steps > 0).float().mean() < 0.05
+    error = (expected - _forward(model, tokens)).abs().max()
+    assert (_forward(on_neuron, tokens) - expected).abs().max() <= error
+
+
+def test_torchao_int8_dynamic_quantization(no_fallback):
+    pytest.importorskip("torchao")
+    from torchneuron.testing.models import batches
+    tokens, _ = next(batches("gpt", 1))
+    model, on_cpu, on_neuron, moved = _quantized_gpts("Int8DynamicActivationInt8WeightConfig")
+    expected, reference = _forward(on_cpu, tokens), _forward(model, tokens)
+    error = (expected - reference).abs().max()
+    # activations are quantized per token at run time: a float32 difference upstream moves a value
+    # across a rounding boundary now and then; each such step is within the quantization's error
+    for quantized in (moved, on_neuron):
+        got = _forward(quantized, tokens)
+        assert (got - reference).abs().max() <= 1.5 * error
+        assert (got - expected).abs().max() <= 1.5 * error
+        assert (got - expected).abs().mean() <= (expected - reference).abs().mean()
