@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from . import deferred, devices, executables
+from . import deferred, devices, executables, host_memory, tables
 from .core import EVENT_FREE, EVENT_GROW, StorageEvent, lib, pending, urgent
 from .dtypes import to_jax
 
@@ -98,6 +98,7 @@ def drain() -> None:
     """Apply the frees and growths the C++ core has queued, in order."""
     if not pending.value:
         return
+    freed = 0
     with _drain_lock:
         pop, discard = _buffers.pop, _unsynced.discard
         while n := lib.tn_take_events(_EVENTS, len(_EVENTS)):
@@ -105,6 +106,7 @@ def drain() -> None:
                 if kind == EVENT_FREE:
                     pop(handle, None)
                     discard(handle)
+                    freed += nbytes
                 elif kind == EVENT_GROW:
                     old = _buffers.get(handle)
                     if type(old) is deferred.Pending:  # a storage grows from a value not computed yet
@@ -113,6 +115,8 @@ def drain() -> None:
                         itemsize = old.dtype.itemsize
                         bind(new_handle, fit(old[: nbytes // itemsize], old.dtype, new_nbytes // itemsize, device))
             lib.tn_release_taken()
+    if devices.HOST_MEMORY:  # (buffers in host memory: malloc may keep what they held)
+        host_memory.freed(freed)
 
 
 def buffer_of(t: torch.Tensor) -> jax.Array:
@@ -217,10 +221,31 @@ def bitcast(array: jax.Array, dtype) -> jax.Array:
     return jax.lax.bitcast_convert_type(array[:usable].reshape(-1, ratio), dst)
 
 
+# Zeros and widened buffers are made by a program per length, compiled at the second request of a
+# length: the first is served from the host. A program per length (36 ms to compile, about 1.5 MB
+# resident on XLA:CPU) would otherwise be paid for each new length of shapes that keep changing (an
+# upload of each length that an eager op runs bucketed is widened to its bucket's room first).
+_ASKED_ONCE = tables.BoundedTable("lengths asked once", 4096)
+# (larger buffers take their program: copying them on the host costs more than a compile)
+_HOST_BYTES = 16 << 20
+
+
+def _first_request(key, nbytes: int) -> bool:
+    """Whether `key` (a program and its lengths) is asked for the first time (now noted), for a
+    buffer small enough to make on the host."""
+    if nbytes > _HOST_BYTES or key in _ASKED_ONCE:
+        return False
+    _ASKED_ONCE.add(key, True)
+    return True
+
+
 def zeros(length: int, dtype, device_index: int) -> jax.Array:
-    """A flat buffer of zeros on a NeuronCore, made by a cached executable: about 8 µs, where
-    jnp.zeros and a device_put take about 250 µs."""
-    return _zeros_maker(length, np.dtype(dtype), device_index)()
+    """A flat buffer of zeros on a NeuronCore: a length asked for again is made by a cached
+    executable (about 8 µs, where host zeros and a device_put take tens to hundreds)."""
+    dtype = np.dtype(dtype)
+    if _first_request(("zeros", length, dtype, device_index), length * dtype.itemsize):
+        return jax.device_put(np.zeros(length, dtype), devices.jax_device(device_index))
+    return _zeros_maker(length, dtype, device_index)()
 
 
 @functools.lru_cache(maxsize=1024)
@@ -232,15 +257,26 @@ def _zeros_maker(length: int, dtype: np.dtype, device_index: int):
 
 
 def widened(array: jax.Array, length: int) -> jax.Array:
-    """`array` with zeros appended up to `length` elements, by a cached executable: a storage
-    grown (`fit`), or a buffer given room past its bytes (eager bucketing)."""
-    return _widener(array.shape[0], length, np.dtype(array.dtype))(array)
+    """`array` with zeros appended up to `length` elements: a storage grown (`fit`), or a buffer
+    given room past its bytes (eager bucketing). A pair of lengths asked for again is a cached
+    executable; the first request, where buffers live in host memory, is widened there (waiting
+    for the array's value)."""
+    have, dtype = array.shape[0], np.dtype(array.dtype)
+    if devices.HOST_MEMORY and _first_request(("widen", have, length, dtype), length * dtype.itemsize):
+        host = np.zeros(length, dtype)
+        host[:have] = np.asarray(array)
+        return jax.device_put(host, array.sharding)
+    return _widener(have, length, dtype)(array)
 
 
 @functools.lru_cache(maxsize=256)
 def _widener(have: int, length: int, dtype: np.dtype):
     return executables.Function(lambda buf: jnp.pad(buf, (0, length - have)), "runtime", "widen",
                                 identity=repr(("widen", have, length, dtype.str)))
+
+
+for _name, _maker in (("zeros programs", _zeros_maker), ("widen programs", _widener)):
+    tables.register(_name, lambda maker=_maker: maker.cache_info().currsize, _maker.cache_info().maxsize)
 
 
 def fit(array: jax.Array | None, dtype, length: int, device_index: int) -> jax.Array:
