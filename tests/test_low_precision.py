@@ -228,6 +228,17 @@ def test_scaled_mm_refuses_what_cpu_refuses():
                          out_dtype=torch.float32)
 
 
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8], ids=str)
+def test_int_mm_exact(dtype, no_fallback):
+    # int32 accumulation of a long contraction (4096 products of up to 2**14: no overflow, exact)
+    info = torch.iinfo(dtype)
+    a = torch.randint(info.min, info.max + 1, (33, 4096), dtype=dtype)
+    b = torch.randint(-128, 128, (4096, 40), dtype=torch.int8)
+    assert torch.equal(torch._int_mm(a.to("neuron"), b.to("neuron")).cpu(), torch._int_mm(a, b))
+    with pytest.raises(RuntimeError):
+        torch._int_mm(a.to("neuron"), b.to(torch.uint8).to("neuron"))  # mat2 must be int8, as on CPU
+
+
 # ------------------------------------------------------------ torchao
 
 def _gpt_losses(device, recipe=None, steps=4, compiled=False):

@@ -186,3 +186,11 @@ _SCALED_RESULTS = frozenset((np.dtype(jnp.float8_e4m3fn), np.dtype(jnp.float8_e5
 def _as_scale(scale):
     """A tensorwise scale as a scalar; a rowwise one keeps its (M, 1) or (1, N) shape."""
     return scale.reshape(()) if scale.size == 1 else scale
+
+
+@lowers(aten._int_mm.default)
+def int_mm(self, mat2):
+    """int8 (or uint8) x int8 accumulated exactly in int32: an integer accelerator's native dot
+    (torchao's int8 dynamic quantization). XLA takes no mixed-signedness dot: uint8 widens first."""
+    lhs = self.astype(jnp.int16) if self.dtype != mat2.dtype else self
+    return lax.dot_general(lhs, mat2, (((1,), (0,)), ((), ())), preferred_element_type=jnp.int32)
