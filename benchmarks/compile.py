@@ -103,10 +103,13 @@ def in_mode(mode: str, fn):
     return run
 
 
-def jax_case(batch: int = 4):
-    model = GPT()
+def jax_case(batch: int = 4, model: GPT | None = None, data=None):
+    """The GPT's training step (AdamW) and forward as plain JAX under jax.jit: `model` (default: the
+    small GPT) gives the sizes and initial weights, `data` the (inputs, targets) batch."""
+    model = model or GPT()
+    layers, heads, width = len(model.blocks), model.blocks[0].heads, model.tokens.weight.shape[1]
     params = {k: jnp.asarray(v.detach().numpy()) for k, v in model.named_parameters()}
-    x, y = (jnp.asarray(t.numpy()) for t in next(iter(batches("gpt", 1, batch=batch))))
+    x, y = (jnp.asarray(t.numpy()) for t in (data or next(iter(batches("gpt", 1, batch=batch)))))
 
     def layer_norm(h, p):
         mean = h.mean(-1, keepdims=True)
@@ -123,13 +126,13 @@ def jax_case(batch: int = 4):
         b, t = idx.shape
         h = p["tokens.weight"][idx] + p["positions.weight"][jnp.arange(t)]
         causal = jnp.tril(jnp.ones((t, t), bool))
-        for i in range(2):
+        for i in range(layers):
             blk = sub(p, f"blocks.{i}")
             q, k, v = jnp.split(linear(layer_norm(h, sub(blk, "ln1")), sub(blk, "qkv")), 3, axis=-1)
-            q, k, v = (z.reshape(b, t, 4, 8).transpose(0, 2, 1, 3) for z in (q, k, v))
-            scores = jnp.where(causal, q @ k.transpose(0, 1, 3, 2) / math.sqrt(8), -jnp.inf)
+            q, k, v = (z.reshape(b, t, heads, width // heads).transpose(0, 2, 1, 3) for z in (q, k, v))
+            scores = jnp.where(causal, q @ k.transpose(0, 1, 3, 2) / math.sqrt(width // heads), -jnp.inf)
             att = jax.nn.softmax(scores, -1) @ v
-            h = h + linear(att.transpose(0, 2, 1, 3).reshape(b, t, 32), sub(blk, "proj"))
+            h = h + linear(att.transpose(0, 2, 1, 3).reshape(b, t, width), sub(blk, "proj"))
             mlp = sub(blk, "mlp")
             hidden = jax.nn.gelu(linear(layer_norm(h, sub(blk, "ln2")), sub(mlp, "0")), approximate=True)
             h = h + linear(hidden, sub(mlp, "2"))
