@@ -23,7 +23,7 @@ from timing import interleaved_seconds_per_call, sync_for
 
 import torchneuron
 from torchneuron.runtime import executables
-from torchneuron.testing.models import GPT
+from torchneuron.testing.models import GPT, train_step
 
 LAYERS, SEQUENCE, BATCH, VOCAB, HEAD_DIM = 4, 128, 8, 4096, 64
 CASES = ("cpu eager", "cpu inductor", "neuron fused", "neuron strict", "neuron compiled", "neuron captured",
@@ -70,11 +70,7 @@ def torch_case(width: int, device: str, mode: str | None = None, compiled: str |
     x, y = x.to(device), y.to(device)
 
     def step(x, y):
-        loss = model(x, y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return loss
+        return train_step("gpt", model, opt, x, y)
 
     if compiled:
         step = torch.compile(own_code(step), backend=compiled)

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 import torchneuron
 from torchneuron.runtime.capture import STATS, CaptureError
-from torchneuron.testing.models import GPT, batches
+from torchneuron.testing.models import GPT, batches, train_step
 from torchneuron.testing.processes import runs_sharing_a_cache
 
 
@@ -217,11 +217,7 @@ def _default_optimizer_losses(kind, captured):
     optimizer, scheduler = OPTIMIZERS[kind](model.parameters())
 
     def step(x, y):
-        loss = model(x, y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
+        return train_step("gpt", model, optimizer, x, y).detach()
 
     if captured:
         step = torchneuron.capture(step)
