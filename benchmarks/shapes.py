@@ -1,6 +1,6 @@
 """New shapes: what a growing or varying size costs, against PyTorch CPU in the same run.
 
-    python benchmarks/shapes.py [--steps 50]
+    python benchmarks/shapes.py [--steps 50] [--only generate|train|uploads]
 
 1. A tiny Llama (2 layers, hidden 64, 4 heads, vocab 256) `generate(max_new_tokens=64)`, greedy,
    with no cache chosen (on CPU Hugging Face's dynamic cache: every step's sequence length is new).
@@ -20,6 +20,12 @@
    `dynamic=True`, over `--steps` steps whose sequence length is drawn from 8..128 (the model's
    context is 128 here): XLA compiles and wall time on neuron with shape buckets, on neuron at exact
    sizes (TORCHNEURON_BUCKETS=0), and inductor on CPU with dynamic=True.
+
+3. A data loader's variable-length batches: 1,000 uploads of distinct lengths (1 to 96,904 floats,
+   `torch.randn(n).to("neuron")`), and the same with one op and a read back
+   (`(x.to("neuron") * 2).cpu()`): resident memory growth over the 1,000 (each tensor freed before
+   the next) and the time per length, against CPU's `torch.randn(n).clone()` (and `* 2`), both
+   with one intra-op thread.
 
 Every case runs in its own subprocess, so caches and memory start clean; CPU runs alongside.
 """
@@ -96,6 +102,33 @@ TRAIN = """
                       "lengths": len(set(lengths))}}))
 """
 
+UPLOADS = """
+    import json, time, torch
+    device, with_op = {device!r}, {with_op!r}
+    if device == 'neuron':
+        import torchneuron
+    # (the host's randn is the same work in both; on a shared machine its two intra-op threads
+    # waited on each other for up to 9 ms a length)
+    torch.set_num_threads(1)
+    def resident():
+        return int(open('/proc/self/statm').read().split()[1]) * 4096
+    def batch(n):
+        x = torch.randn(n).to(device) if device == 'neuron' else torch.randn(n).clone()
+        return (x * 2).cpu() if with_op else x
+    for n in (5, 6, 7):  # warm: the first upload, the op's first calls
+        batch(n)
+    lengths = [1 + 97 * i for i in range(1000)]
+    start_memory, start = resident(), time.perf_counter()
+    for n in lengths:
+        batch(n)
+    if device == 'neuron':
+        torch.neuron.synchronize()
+    seconds = time.perf_counter() - start
+    stats = torchneuron.cache_stats() if device == 'neuron' else {{}}
+    print(json.dumps({{"seconds": seconds, "per_length": seconds / len(lengths),
+                      "growth": resident() - start_memory, "misses": stats.get("misses")}}))
+"""
+
 
 def run(code: str, **env) -> dict:
     environment = {**os.environ, "PYTHONPATH": ROOT, **env}
@@ -167,15 +200,29 @@ def train_cases(steps: int) -> None:
         print(f"{name:32} {r['seconds']:8.2f} {r['seconds'] / inductor['seconds']:10.2f}x {compiles:>13}")
 
 
+def upload_cases() -> None:
+    print("\n1,000 uploads of distinct lengths (1..96,904 floats), each freed before the next")
+    print(f"{'case':36} {'ms per length':>13} {'x CPU':>7} {'RSS growth MB':>14} {'programs':>9}")
+    for with_op, name in ((False, "upload"), (True, "upload, x * 2, read back")):
+        cpu = run(UPLOADS.format(device="cpu", with_op=with_op))
+        neuron = run(UPLOADS.format(device="neuron", with_op=with_op), TORCHNEURON_CACHE_DIR="0")
+        for device, r in (("CPU (clone)", cpu), ("neuron", neuron)):
+            programs = "" if r["misses"] is None else r["misses"]
+            print(f"{name + ', ' + device:36} {1e3 * r['per_length']:13.3f} "
+                  f"{r['per_length'] / cpu['per_length']:6.1f}x {r['growth'] / 2**20:14.0f} {programs:>9}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--only", choices=("generate", "train"))
+    parser.add_argument("--only", choices=("generate", "train", "uploads"))
     args = parser.parse_args()
-    if args.only != "train":
+    if args.only in (None, "generate"):
         generate_cases()
-    if args.only != "generate":
+    if args.only in (None, "train"):
         train_cases(args.steps)
+    if args.only in (None, "uploads"):
+        upload_cases()
 
 
 if __name__ == "__main__":
