@@ -166,3 +166,15 @@ def test_out_overload_matches_cpu(op, samples):
         assert g.device.type == "neuron" and g.shape == e.shape and g.dtype == e.dtype, (g.shape, e.shape)
         if not any(word in str(op) for word in CHOICES):
             torch.testing.assert_close(g.cpu(), e, equal_nan=True, rtol=1e-4, atol=1e-4)
+
+
+def test_amp_unscale_into_an_out_list_as_cpu():
+    # an out= list (Tensor(a!)[]) takes one result per element; found_inf and the grads stay as CPU leaves them
+    def run(device):
+        grads = [torch.tensor([1.0, 2.0, float("inf")], device=device), torch.tensor([4.0, 8.0], device=device)]
+        found, inv_scale = torch.zeros(1, device=device), torch.full((1,), 0.5, device=device)
+        out = [torch.empty(3, device=device), torch.empty(0, device=device)]
+        torch.ops.aten._amp_foreach_non_finite_check_and_unscale.out(grads, found, inv_scale, out=out)
+        return [t.cpu() for t in (*out, found, *grads)]
+    for got, expected in zip(run("neuron"), run("cpu")):
+        torch.testing.assert_close(got, expected)

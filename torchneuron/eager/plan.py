@@ -302,7 +302,8 @@ class Plan(PlanExecution):
         writes = []
         if schema.out_args:
             for ret, i in enumerate(schema.out_args):
-                writes += [(ti, (ret,)) for ti in self._arg_slots[i]]
+                listy = schema.kinds[i] is Kind.TENSORS  # an out list (the _foreach_ ops' out=): one return, a list
+                writes += [(ti, (ret, j) if listy else (ret,)) for j, ti in enumerate(self._arg_slots[i])]
         elif schema.written and schema.functional is not schema.op:
             name = schema.op._schema.name
             if name.endswith("_") and schema.written == [0]:
