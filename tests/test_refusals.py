@@ -126,6 +126,11 @@ ARGUMENT_RULES = {
     "all into bytes": lambda d: torch.all(torch.ones(2, 3, device=d), 0, out=torch.empty(0, dtype=torch.uint8, device=d)),
     "any of bytes into bytes": lambda d: torch.any(torch.ones(2, 3, dtype=torch.uint8, device=d),
                                                    out=torch.empty(0, dtype=torch.uint8, device=d)),
+    "any of bytes into bools": lambda d: torch.any(torch.tensor([[1, 0], [0, 0]], dtype=torch.uint8, device=d), 0,
+                                                   out=torch.empty(0, dtype=torch.bool, device=d)),
+    "all of bytes over dims into bools": lambda d: torch.all(torch.tensor([[1, 2], [0, 3]], dtype=torch.uint8, device=d),
+                                                             (0, 1), keepdim=True,
+                                                             out=torch.empty(0, dtype=torch.bool, device=d)),
     "mode of complex": lambda d: torch.mode(torch.ones(2, 3, dtype=torch.complex64, device=d))[0],
     "mode into float indices": lambda d: torch.mode(torch.ones(2, 3, device=d), out=(
         torch.empty(0, device=d), torch.empty(0, device=d)))[0],

@@ -19,7 +19,7 @@ import torch
 from jax import lax
 
 from ..runtime.dtypes import CPU_ACC_TYPE, to_jax
-from . import aten, lowers, opmath
+from . import aten, lowers, opmath, overrides_meta
 
 INDEX = jnp.int64
 
@@ -267,6 +267,21 @@ def all_dim(self, dim, keepdim=False):
 @lowers(aten.all.dims)
 def all_dims(self, dim=None, keepdim=False):
     return jnp.all(_truth(self), _axes(self, dim, empty_means_all=False), keepdims=keepdim)
+
+
+def _logical_out_meta(functional):
+    """all's and any's out= meta: CPU writes the truth values into a bool or uint8 out whatever the
+    input (PyTorch's meta refuses a uint8 input's result into bool; the refusals check the out's dtype)."""
+    def meta(*args, out, **kwargs):
+        from torch._prims_common.wrappers import _maybe_resize_out
+        _maybe_resize_out(out, functional(*args, **kwargs).shape)
+        return out
+    return meta
+
+
+for _packet in (aten.any, aten.all):
+    for _out, _functional in (("out", "dim"), ("all_out", "default"), ("dims_out", "dims")):
+        overrides_meta(getattr(_packet, _out))(_logical_out_meta(getattr(_packet, _functional)))
 
 
 # ------------------------------------------------------------------ norms
