@@ -60,7 +60,18 @@ def mul(self, other):
 @lowers(aten.true_divide.Tensor, promote=INT_TO_FLOAT, graph_only=True)
 @lowers(aten.div.Tensor, aten.div.Scalar, promote=INT_TO_FLOAT)
 def div(self, other):
-    return self / other
+    return _true_divide(self, other)
+
+
+def _true_divide(a, b):
+    """a / b rounded once, as CPU divides. XLA rewrites a division by a broadcast divisor (a scalar,
+    a per-row scale) into a multiplication by its rounded reciprocal, one ulp off in most elements
+    (torchao's `amax / 127.5` scales then quantize weights a step apart from CPU's); a full-shape
+    divisor behind an optimization barrier keeps the division."""
+    shape = jnp.broadcast_shapes(jnp.shape(a), jnp.shape(b))
+    if jnp.shape(b) != shape and jnp.issubdtype(jnp.result_type(a, b), jnp.floating):
+        b = lax.optimization_barrier(jnp.broadcast_to(b, shape))
+    return a / b
 
 
 def _floor_divide_float(a, b):
@@ -81,10 +92,10 @@ def _divide(a, b, rounding_mode):
     if rounding_mode is None:
         if _is_exact(a):  # true division of integers computes in the default float dtype
             dtype = to_jax(torch.get_default_dtype())
-            return a.astype(dtype) / b.astype(dtype)
-        return a / b
+            return _true_divide(a.astype(dtype), b.astype(dtype))
+        return _true_divide(a, b)
     if rounding_mode == "trunc":
-        return lax.div(a, b) if _is_exact(a) else jnp.trunc(a / b)
+        return lax.div(a, b) if _is_exact(a) else jnp.trunc(_true_divide(a, b))
     if _is_exact(a):
         return jnp.floor_divide(a, b)
     return _floor_divide_float(a, b)
