@@ -131,6 +131,19 @@ def test_save_and_load(dtype):
     _assert_same_bits(on_cpu["w"], x)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
+def test_division_by_a_broadcast_scale_as_cpu(dtype):
+    # quantization scales (amax / 127.5, x / per-row scale) rounded once, as CPU divides: XLA would
+    # multiply by the divisor's rounded reciprocal
+    x = (torch.rand(512, 64) * 300).to(dtype)
+    row = (torch.rand(512, 1) + 0.01).to(dtype)
+    for expected, got in ((x / 127.5, x.to("neuron") / 127.5),
+                          (x / row, x.to("neuron") / row.to("neuron")),
+                          (torch.div(x, 448.0, rounding_mode="trunc"), torch.div(x.to("neuron"), 448.0, rounding_mode="trunc")),
+                          (x.amax(1, keepdim=True) / 127.5, x.to("neuron").amax(1, keepdim=True) / 127.5)):
+        _assert_same_bits(got, expected)
+
+
 # ------------------------------------------------------------ torch._scaled_mm
 
 def _to_neuron(v):
@@ -306,22 +319,18 @@ def test_torchao_weight_only_quantization(config_name, no_fallback):
     pytest.importorskip("torchao")
     from torchneuron.testing.models import batches
     tokens, _ = next(batches("gpt", 1))
-    model, on_cpu, on_neuron, moved = _quantized_gpts(config_name)
+    _, on_cpu, on_neuron, moved = _quantized_gpts(config_name)
     expected = _forward(on_cpu, tokens)
     # CPU's quantized weights on neuron: CPU's outputs within float32 rounding
     torch.testing.assert_close(_forward(moved, tokens), expected, rtol=1e-5, atol=1e-5)
-    # quantized on neuron: each weight CPU's, or one quantization step from it where its scale
-    # came out one float32 ulp apart (XLA:CPU divides by a broadcast scale as a multiplication
-    # by its reciprocal), so the outputs are within the quantization's own error of CPU's
+    # quantized on neuron: CPU's weights and scales (XLA's division by a broadcast scale made them
+    # an ulp apart before the div lowering kept the division), so CPU's outputs
     for name in ("qkv", "proj"):
         cpu_weight, neuron_weight = getattr(on_cpu.blocks[0], name).weight, getattr(on_neuron.blocks[0], name).weight
         assert type(neuron_weight) is type(cpu_weight)
-        torch.testing.assert_close(neuron_weight.scale.cpu(), cpu_weight.scale, rtol=3e-7, atol=0)
-        steps = (neuron_weight.qdata.cpu().float() - cpu_weight.qdata.float()).abs()
-        if neuron_weight.qdata.dtype == torch.int8:
-            assert steps.max() <= 1 and (steps > 0).float().mean() < 0.05
-    error = (expected - _forward(model, tokens)).abs().max()
-    assert (_forward(on_neuron, tokens) - expected).abs().max() <= error
+        _assert_same_bits(neuron_weight.qdata, cpu_weight.qdata)
+        _assert_same_bits(neuron_weight.scale, cpu_weight.scale)
+    torch.testing.assert_close(_forward(on_neuron, tokens), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_torchao_int8_dynamic_quantization(no_fallback):
@@ -338,3 +347,25 @@ def test_torchao_int8_dynamic_quantization(no_fallback):
         assert (got - reference).abs().max() <= 1.5 * error
         assert (got - expected).abs().max() <= 1.5 * error
         assert (got - expected).abs().mean() <= (expected - reference).abs().mean()
+
+
+@pytest.mark.parametrize("config_name", ["Int8WeightOnlyConfig", "Float8WeightOnlyConfig",
+                                         "Int8DynamicActivationInt8WeightConfig"])
+def test_torchao_quantized_llama_generates_cpus_tokens(config_name, no_fallback):
+    pytest.importorskip("torchao")
+    transformers = pytest.importorskip("transformers")
+    import copy
+
+    from torchao import quantization
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    model = transformers.LlamaForCausalLM(config).eval()
+    quantization.quantize_(model, getattr(quantization, config_name)())
+    prompt = torch.randint(0, 256, (2, 6), generator=torch.Generator().manual_seed(1))
+    settings = {"max_new_tokens": 16, "min_new_tokens": 16, "do_sample": False, "pad_token_id": 0}
+    with torch.no_grad():
+        expected = model.generate(prompt, attention_mask=torch.ones_like(prompt), **settings)
+        on_neuron = copy.deepcopy(model).to("neuron")
+        got = on_neuron.generate(prompt.to("neuron"), attention_mask=torch.ones_like(prompt).to("neuron"), **settings)
+    assert torch.equal(got.cpu(), expected)

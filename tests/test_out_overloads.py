@@ -165,6 +165,8 @@ def test_out_overload_matches_cpu(op, samples):
             continue
         assert g.device.type == "neuron" and g.shape == e.shape and g.dtype == e.dtype, (g.shape, e.shape)
         if not any(word in str(op) for word in CHOICES):
+            if e.dtype.is_floating_point and e.dtype.itemsize == 1:  # (assert_close takes no float8 tolerance)
+                g, e = g.float(), e.float()
             torch.testing.assert_close(g.cpu(), e, equal_nan=True, rtol=1e-4, atol=1e-4)
 
 

@@ -31,6 +31,7 @@ import functools
 import weakref
 
 import torch
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from .. import config, graphs
 from ..lowering import padding
@@ -64,8 +65,17 @@ def _eligible(model, generation_config, model_kwargs, generation_mode) -> bool:
 
 def _weights(model) -> tuple:
     """What a recorded step depends on besides its arguments and its cache."""
-    storages = tuple(t.untyped_storage().data_ptr() for t in (*model.parameters(), *model.buffers()))
+    storages = tuple(t.untyped_storage().data_ptr() for p in (*model.parameters(), *model.buffers())
+                     for t in _plain_tensors(p))
     return (storages, model.dtype, model.training, getattr(model.config, "_attn_implementation", None))
+
+
+def _plain_tensors(t) -> list:
+    """`t`, or the plain tensors a tensor subclass holds (torchao's quantized weights: the wrapper
+    has no storage of its own)."""
+    if not is_traceable_wrapper_subclass(t):
+        return [t]
+    return [inner for name in t.__tensor_flatten__()[0] for inner in _plain_tensors(getattr(t, name))]
 
 
 def _held_cache(model, generation_config, batch_size: int, max_cache_length: int):
