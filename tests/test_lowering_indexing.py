@@ -321,6 +321,11 @@ def _outcome(fn, device):
         return type(e), str(e).split("\n")[0]
 
 
+def _setitem(x, key, value):
+    x[key] = value
+    return x
+
+
 INDEX_ERRORS = {
     "int8 index": lambda d: torch.arange(3.0, device=d)[torch.tensor([1, 2], dtype=torch.int8, device=d)],
     "float index": lambda d: torch.zeros(3, device=d)[torch.tensor([0.0], device=d)],
@@ -349,6 +354,17 @@ INDEX_ERRORS = {
     "empty index of two dims": lambda d: torch.zeros(2, 3, device=d)[torch.empty(0, 2, dtype=torch.long, device=d)],
     "values expanding": lambda d: torch.zeros(3, 4, device=d).index_put_(
         (torch.tensor([0, 2], device=d),), torch.ones(4, device=d)),
+    "index_put of doubles into floats": lambda d: torch.zeros(3, device=d).index_put_(
+        (torch.tensor([0], device=d),), torch.tensor([1.0], dtype=torch.double, device=d)),
+    "index_put accumulating longs into floats": lambda d: torch.zeros(3, device=d).index_put(
+        (torch.tensor([0], device=d),), torch.tensor([1], device=d), accumulate=True),
+    "index_put of a 0-d double": lambda d: torch.zeros(3, device=d).index_put_(
+        (torch.tensor([0], device=d),), torch.tensor(1.0, dtype=torch.double, device=d)),
+    "one double into a mask": lambda d: torch.zeros(3, device=d).index_put_(
+        (torch.tensor([True, False, True], device=d),), torch.tensor(2.0, dtype=torch.double, device=d)),
+    "doubles into a mask": lambda d: torch.zeros(3, device=d).index_put_(
+        (torch.tensor([True, False, True], device=d),), torch.tensor([1.0, 2], dtype=torch.double, device=d)),
+    "setitem of an int": lambda d: _setitem(torch.zeros(3, device=d), torch.tensor([0, 2], device=d), 5),
     "masked_fill with a byte mask": lambda d: torch.zeros(3, device=d).masked_fill(
         torch.tensor([1, 0, 1], dtype=torch.uint8, device=d), 5.0),
     "masked_fill_ with an int8 mask": lambda d: torch.zeros(3, device=d).masked_fill_(

@@ -512,11 +512,19 @@ def _expands_to(shape, target) -> bool:
         return False
 
 
-def _index_put_arguments(self, indices, values, *args, **kwargs) -> None:
+def _index_put_arguments(self, indices, values, accumulate=False, *args, **kwargs) -> None:
     result = _indexing_result(self, indices)
     if result is not None and not _expands_to(values.shape, result):
         raise RuntimeError(f"shape mismatch: value tensor of shape {list(values.shape)} cannot be broadcast to "
                            f"indexing result of shape {result}")
+    # CPU fills one mask with one value as masked_fill_ does, which casts it
+    defined = [index for index in indices if index is not None]
+    fills = (not accumulate and values.numel() == 1 and len(defined) == 1
+             and defined[0].dtype in (torch.bool, torch.uint8))
+    if values.dtype != self.dtype and not fills:
+        raise RuntimeError(f"Index put requires the source and destination dtypes match, got "
+                           f"{scalar_type_name(self.dtype)} for the destination and {scalar_type_name(values.dtype)} "
+                           "for the source.")
 
 
 refuses(_index_arguments, *_overloads((aten.index,)))
