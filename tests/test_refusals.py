@@ -150,6 +150,21 @@ ARGUMENT_RULES = {
     "kthvalue into its input's row": lambda d: _kthvalue_into(torch.ones(2, 3, device=d), lambda a: a[0]),
     "kthvalue into another tensor": lambda d: torch.kthvalue(torch.ones(2, 3, device=d), 1, 0, out=(
         torch.empty(3, device=d), torch.empty(3, dtype=torch.long, device=d)))[0],
+    "kthvalue into long values": lambda d: torch.kthvalue(torch.ones(2, 3, device=d), 1, out=(
+        torch.empty(0, dtype=torch.long, device=d), torch.empty(0, dtype=torch.long, device=d)))[0],
+    "kthvalue into float indices": lambda d: torch.kthvalue(torch.ones(2, 3, device=d), 1, out=(
+        torch.empty(0, device=d), torch.empty(0, device=d)))[0],
+    "std into longs": lambda d: torch.std(torch.ones(2, 3, device=d), 0, out=torch.empty(0, dtype=torch.long, device=d)),
+    "var into doubles": lambda d: torch.var(torch.ones(2, 3, device=d), out=torch.empty(0, dtype=torch.double, device=d)),
+    "frexp into long mantissas": lambda d: torch.frexp(torch.ones(3, device=d), out=(
+        torch.empty(0, dtype=torch.long, device=d), torch.empty(0, dtype=torch.int32, device=d)))[0],
+    "frexp into long exponents": lambda d: torch.frexp(torch.ones(3, device=d), out=(
+        torch.empty(0, device=d), torch.empty(0, dtype=torch.long, device=d)))[0],
+    "index_add into bools": lambda d: torch.index_add(torch.ones(2, 3, dtype=torch.long, device=d), 0,
+                                                      torch.tensor([0], device=d), torch.ones(1, 3, dtype=torch.long, device=d),
+                                                      out=torch.empty(0, dtype=torch.bool, device=d)),
+    "aminmax of longs into bools": lambda d: torch.aminmax(torch.ones(3, dtype=torch.long, device=d), out=(
+        torch.empty(0, dtype=torch.bool, device=d), torch.empty(0, dtype=torch.bool, device=d)))[0],
     "embedding of a 0-d weight": lambda d: torch.nn.functional.embedding(torch.tensor([0], device=d),
                                                                          torch.ones((), device=d)),
 }

@@ -402,6 +402,44 @@ def _kthvalue_values_apart(self, *args, values=None, **kwargs) -> None:
 refuses(_kthvalue_values_apart, *_overloads((aten.kthvalue,)))
 
 
+def _cpp(dtype) -> str:
+    return _CPP_NAMES.get(dtype, scalar_type_name(dtype))
+
+
+def _kthvalue_outs(self, *args, values=None, indices=None, **kwargs) -> None:
+    if values is not None and values.dtype != self.dtype:
+        raise RuntimeError("output values must be of same type as input")
+    if indices is not None and indices.dtype != torch.int64:
+        raise RuntimeError("output indices must be of scalar type Long")
+
+
+def _std_var_out(*args, out=None, **kwargs) -> None:
+    if out is not None:
+        result = args[0].dtype.to_real()
+        if not torch.can_cast(result, out.dtype):
+            raise RuntimeError(f"result type {scalar_type_name(result)} can't be cast to the desired output type "
+                               f"{scalar_type_name(out.dtype)}")
+
+
+def _frexp_outs(self, *, mantissa=None, exponent=None) -> None:
+    if mantissa is not None and mantissa.dtype != self.dtype:
+        raise RuntimeError(f"torch.frexp() expects mantissa to have dtype {_cpp(self.dtype)} but got "
+                           f"{_cpp(mantissa.dtype)}")
+    if exponent is not None and exponent.dtype != torch.int32:
+        raise RuntimeError(f"torch.frexp() expects exponent to have int dtype but got {_cpp(exponent.dtype)}")
+
+
+def _same_dtype_out(self, *args, out=None, **kwargs) -> None:
+    if out is not None and out.dtype != self.dtype:
+        raise RuntimeError(f"Expected out tensor to have dtype {_cpp(self.dtype)}, but got {_cpp(out.dtype)} instead")
+
+
+refuses(_kthvalue_outs, *_overloads((aten.kthvalue,)))
+refuses(_std_var_out, *[op for op in _overloads((aten.std, aten.var)) if "out" in op._schema.overload_name])
+refuses(_frexp_outs, *[op for op in _overloads((aten.frexp,)) if "out" in op._schema.overload_name])
+refuses(_same_dtype_out, *[op for op in _overloads((aten.index_add,)) if "out" in op._schema.overload_name])
+
+
 def _all_any_out(name: str):
     """all's and any's out= holds bool (or uint8, the legacy result of uint8 inputs)."""
     def check(*args, out=None, **kwargs):
@@ -428,8 +466,7 @@ refuses(_mode_outs, *_overloads((aten.mode,)))
 def _aminmax_outs(self, *args, min=None, max=None, **kwargs) -> None:
     for out in (min, max):
         if out is not None and out.dtype != self.dtype:
-            raise RuntimeError(f"Expected out tensor to have dtype {_CPP_NAMES.get(self.dtype, self.dtype)}, but got "
-                               f"{_CPP_NAMES.get(out.dtype, out.dtype)} instead")
+            raise RuntimeError(f"Expected out tensor to have dtype {_cpp(self.dtype)}, but got {_cpp(out.dtype)} instead")
 
 
 refuses(_aminmax_outs, *_overloads((aten.aminmax,)))
@@ -451,7 +488,7 @@ refuses(_bincount_arguments, *_overloads((aten.bincount,)))
 
 
 # C++'s names of the element types, as CPU's masked_fill_ spells a mask's dtype
-_CPP_NAMES = {torch.uint8: "unsigned char", torch.int8: "signed char", torch.int16: "short int", torch.int32: "int",
+_CPP_NAMES = {torch.bool: "bool", torch.uint8: "unsigned char", torch.int8: "signed char", torch.int16: "short int", torch.int32: "int",
               torch.int64: "long int", torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half",
               torch.bfloat16: "c10::BFloat16", torch.complex64: "c10::complex<float>",
               torch.complex128: "c10::complex<double>"}
