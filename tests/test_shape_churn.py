@@ -72,6 +72,7 @@ def test_bounded_table_drops_oldest_and_reports():
     table.discard(2, "again")
     assert list(table) == [4, 5]
     assert tables.report()["test table"] == {"entries": 2, "limit": 3}
+    tables._REGISTERED.pop("test table")  # (not one of the process's tables)
 
 
 def test_a_program_shared_by_thousands_of_plans_calls_each_callback_once():
