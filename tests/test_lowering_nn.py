@@ -1,3 +1,5 @@
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -48,9 +50,15 @@ def test_conv_string_padding(rank, padding, k, kw):
     check(fn, x, w, b, grad=True)
 
 
+def _on(module: nn.Module, device) -> nn.Module:
+    """A copy of `module` on `device`: moving the module itself would move the Parameters the CPU
+    run's graph accumulates into (a module keeps its Parameter objects through moves, as on CUDA)."""
+    return copy.deepcopy(module).to(device)
+
+
 def test_conv_string_padding_float32_module():
     conv = nn.Conv2d(4, 6, (2, 3), padding="same", dilation=(1, 2))
-    check(lambda x: conv.to(x.device)(x), torch.randn(2, 4, 7, 6), grad=True, rtol=1e-5, atol=1e-5)
+    check(lambda x: _on(conv, x.device)(x), torch.randn(2, 4, 7, 6), grad=True, rtol=1e-5, atol=1e-5)
 
 
 def test_conv1d_3d_no_bias_noncontiguous():
@@ -69,7 +77,7 @@ def test_conv_transpose2d(kw):
 
 def test_conv2d_module_bfloat16():
     m = nn.Conv2d(3, 4, 3, padding=1).to(torch.bfloat16)
-    check(lambda x: m.to(x.device)(x), torch.randn(2, 3, 5, 5, dtype=torch.bfloat16), rtol=2e-2, atol=2e-2)
+    check(lambda x: _on(m, x.device)(x), torch.randn(2, 3, 5, 5, dtype=torch.bfloat16), rtol=2e-2, atol=2e-2)
 
 
 # --------------------------------------------------------------------------------- pooling
@@ -161,7 +169,7 @@ def test_layer_norm(dtype):
 
 def test_layer_norm_module_and_half():
     m = nn.LayerNorm(6)
-    check(lambda x: m.to(x.device)(x), torch.randn(3, 6), grad=True)
+    check(lambda x: _on(m, x.device)(x), torch.randn(3, 6), grad=True)
     check(lambda x: F.layer_norm(x, (6,)), torch.randn(3, 6, dtype=torch.bfloat16), rtol=2e-2, atol=2e-2)
 
 
