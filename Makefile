@@ -30,8 +30,8 @@ test: $(STAMP)
 # The tests of views, in-place ops, training, RNG and memory in each eager mode: `make test` runs
 # them in the default one (fused: ops deferred and run as fused segments), these legs in one named
 # mode; both modes must compute the same values.
-MODE_TESTS := tests/test_views.py tests/test_training.py tests/test_rng.py tests/test_memory.py \
-	tests/test_eager_paths.py tests/test_transfer.py tests/test_device_asserts.py
+MODE_TESTS := tests/eager/test_views.py tests/eager/test_training.py tests/runtime/test_rng.py tests/runtime/test_memory.py \
+	tests/eager/test_eager_paths.py tests/runtime/test_transfer.py tests/runtime/test_device_asserts.py
 test-strict: $(STAMP)
 	TORCHNEURON_EAGER=strict $(PY) -m pytest $(MODE_TESTS)
 test-fused: $(STAMP)

@@ -13,7 +13,7 @@ own where XLA's `convert` differs:
 - NaNs read as float32 carry c10's payload bits.
 
 Everything else (rounding of finite values, subnormals, the fnuz formats) XLA does as CPU does;
-tests/test_low_precision.py compares every float8 byte and a sweep of float32 bit patterns.
+tests/eager/test_low_precision.py compares every float8 byte and a sweep of float32 bit patterns.
 """
 from __future__ import annotations
 
