@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 import torchneuron
 from torchneuron.eager import buckets
-from torchneuron.lowering import padding
+from torchneuron.lowering import padding, record_of
 from torchneuron.runtime import deferred
 
 
@@ -386,7 +386,7 @@ def test_cat_sizes_from_the_rule_agree_with_the_meta_kernel(shapes, dim):
         meta = [tuple(torch.cat(tensors, dim).shape)]
     except (RuntimeError, IndexError, ValueError):
         meta = None
-    rule = buckets.TRUE_SHAPES[torch.ops.aten.cat.default](tensors, dim)
+    rule = record_of(torch.ops.aten.cat.default).true_shapes(tensors, dim)
     assert rule is None or rule == meta
     if meta is None:
         assert rule is None
@@ -399,7 +399,7 @@ def test_cat_sizes_from_the_rule_agree_with_the_meta_kernel(shapes, dim):
 def test_attention_sizes_from_the_rule_agree_with_the_meta_kernel(shapes):
     op = torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default
     q, k, v = (torch.empty(s, device="meta") for s in shapes)
-    assert buckets.TRUE_SHAPES[op](q, k, v, None, 0.0, True) == buckets._meta_results(op, (q, k, v, None, 0.0, True), {})
+    assert record_of(op).true_shapes(q, k, v, None, 0.0, True) == buckets._meta_results(op, (q, k, v, None, 0.0, True), {})
 
 
 def test_synchronize_waits_for_the_results_of_bucketed_calls_that_died(monkeypatch):

@@ -210,7 +210,8 @@ import json, sys, torch, torchneuron
 from torchneuron import lowering
 if sys.argv[1] == "unchecked":  # a process that stores the plan without the rule
     lowering.load_all()
-    lowering.REFUSALS.clear()
+    for record in lowering.RECORDS.values():
+        record.refusals.clear()
 x = torch.ones(3, 2, device="neuron")
 try:
     torch.index_add(x, 0, torch.tensor([0, 1], device="neuron"), torch.ones(2, device="neuron"))

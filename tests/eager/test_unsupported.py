@@ -4,30 +4,21 @@ at every entry point, never detoured through CPU."""
 import pytest
 import torch
 
-import torchneuron
-from torchneuron.eager.unsupported import REDIRECTED, REFUSED, UnsupportedOpError
+from torchneuron.eager.unsupported import UnsupportedOpError
+from torchneuron.lowering import RECORDS
 
 aten = torch.ops.aten
 QUANTIZED = "neuron has no quantized tensors"
 
 
-@pytest.fixture
-def no_cpu_detour():
-    before = torchneuron.fallback_stats()
-    yield
-    assert torchneuron.fallback_stats() == before
-
-
 def test_every_refused_and_redirected_overload_has_a_neuron_kernel():
-    for name in REFUSED:
-        packet = getattr(aten, name.partition("::")[2])
-        for overload in packet.overloads():
-            assert torch._C._dispatch_has_kernel_for_dispatch_key(getattr(packet, overload).name(), "PrivateUse1")
-    for op in REDIRECTED:
-        assert torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "PrivateUse1")
+    ops = [r.op for r in RECORDS.values() if r.refused is not None or r.redirect is not None]
+    assert aten._nnpack_spatial_convolution.default in ops and aten.range.out_ in ops
+    for op in ops:
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "PrivateUse1"), op
 
 
-def test_a_refusal_names_the_op_and_the_way_out(no_cpu_detour):
+def test_a_refusal_names_the_op_and_the_way_out(no_fallback):
     x = torch.ones(1, 1, 3, 3, device="neuron")
     with pytest.raises(UnsupportedOpError, match=r"aten::_nnpack_spatial_convolution is not supported on neuron: "
                                                  r".*reads tensor memory on the host.*torch.nn.functional.conv2d"):
@@ -96,7 +87,7 @@ def _quantized_cpu(scheme, dtype):
 
 @pytest.mark.parametrize("scheme", ["per_tensor", "per_channel"])
 @pytest.mark.parametrize("dtype", QDTYPES)
-def test_a_quantized_tensor_does_not_move_to_neuron(scheme, dtype, no_cpu_detour):
+def test_a_quantized_tensor_does_not_move_to_neuron(scheme, dtype, no_fallback):
     q = _quantized_cpu(scheme, dtype)
     for move in (lambda: q.to("neuron"), lambda: q.neuron(), lambda: q.clone().to("neuron").flatten(),
                  lambda: torch.empty(3, 4, device="neuron").copy_(q), lambda: q.copy_(torch.ones(3, 4, device="neuron"))):
@@ -108,7 +99,7 @@ def test_a_quantized_tensor_does_not_move_to_neuron(scheme, dtype, no_cpu_detour
 
 
 @pytest.mark.parametrize("dtype", QDTYPES)
-def test_quantizing_a_neuron_tensor_is_refused_by_name(dtype, no_cpu_detour):
+def test_quantizing_a_neuron_tensor_is_refused_by_name(dtype, no_fallback):
     x = torch.randn(3, 4)
     n = x.to("neuron")
     scales, zero_points = torch.tensor([0.05, 0.1, 0.2]), torch.tensor([0, 1, 2])

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 from collections.abc import Iterator
 
 import pytest
+import torch
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "torchneuron"
 
@@ -141,3 +143,58 @@ def test_no_import_cycles():
     described = ["; ".join(f"{a} imports {b} at line {GRAPH[a][b]}" for a in cycle for b in cycle if b in GRAPH[a])
                  for cycle in cycles]
     assert not cycles, "modules that import each other:\n" + "\n".join(described)
+
+
+# Tables a driver keeps of its own work, keyed by op: allowed by the rule (its copies and caches).
+DRIVERS_OWN = {
+    "torchneuron.eager.driver.PLANS": "the eager driver's plans per op (its cache)",
+    "torchneuron.eager.kernels.REGISTERED": "the ops the eager driver gave a kernel",
+    "torchneuron.eager.fallback.DECOMPOSITIONS": "PyTorch's Core ATen decompositions, the driver's copy",
+    "torchneuron.compile.backend._DECOMPOSITIONS": "PyTorch's Core ATen decompositions less the lowered ops",
+}
+
+
+def _op_keyed(value) -> bool:
+    """Whether `value` is a table keyed by ATen ops: a dict, set or sequence holding OpOverloads,
+    OpOverloadPackets or "aten::"/"aten." names among its keys or members."""
+    if not isinstance(value, (dict, set, frozenset, list, tuple)):
+        return False
+    members = list(value)
+
+    def is_op(m) -> bool:
+        if isinstance(m, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+            return True
+        return isinstance(m, str) and re.fullmatch(r"aten(::|\.)\w+(\.\w+)?", m) is not None
+    return any(is_op(m) for m in members[:200])
+
+
+def test_no_module_outside_lowering_keeps_a_table_keyed_by_op():
+    """Everything known of an op sits on its record (lowering/records.py); the drivers read it."""
+    import importlib
+
+    from torch._decomp import meta_table
+
+    import torchneuron  # noqa: F401  (loads the table and wires the device)
+    from torchneuron import lowering
+    from torchneuron.lowering import Facet
+    lowering.load_all()
+    offences = []
+    for name in sorted(MODULES):
+        if name.startswith("torchneuron.lowering") or name.endswith("__main__"):
+            continue
+        try:
+            module = importlib.import_module(name)
+        except ImportError:  # (a tool whose optional dependency is absent)
+            continue
+        for attr, value in vars(module).items():
+            if isinstance(value, Facet) or value is lowering.RECORDS or value is meta_table or (
+                    f"{name}.{attr}" in DRIVERS_OWN):
+                continue
+            if _op_keyed(value):
+                offences.append(f"{name}.{attr}")
+    assert not offences, "op-keyed tables outside lowering/ (move them onto the ops' records):\n" + "\n".join(offences)
+
+
+def test_the_scan_finds_an_op_keyed_table():
+    assert _op_keyed({torch.ops.aten.add.Tensor: 1}) and _op_keyed(("aten::add",))
+    assert not _op_keyed({"add": 1}) and not _op_keyed({"aten.index.Tensor: out of range": 1}) and not _op_keyed(3)

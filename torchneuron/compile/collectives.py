@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from ..lowering import Facet
+
 _F = torch.ops._c10d_functional
 
 
@@ -23,23 +25,12 @@ def _many(node_args):
     return list(node_args[0]), tuple(node_args[1:-1])
 
 
-# start op -> (in_flight collective, how its arguments split into (inputs, the collective's arguments),
-# whether it returns a list)
-STARTS = {
-    _F.all_reduce.default: ("all_reduce", _one, False),
-    _F.all_reduce_coalesced.default: ("all_reduce", _many, True),
-    _F.all_gather_into_tensor.default: ("all_gather", _one, False),
-    _F.all_gather_into_tensor_coalesced.default: ("all_gather", _many, True),
-    _F.reduce_scatter_tensor.default: ("reduce_scatter", _one, False),
-    _F.reduce_scatter_tensor_coalesced.default: ("reduce_scatter", _many, True),
-    _F.all_to_all_single.default: ("all_to_all", _one, False),
-    _F.broadcast.default: ("broadcast", _one, False),
-}
+COLLECTIVES = Facet("collective")  # start op -> how it is issued (its record's, lowering/collectives.py)
 WAIT = _F.wait_tensor.default
 
 
 def is_start(node: torch.fx.Node) -> bool:
-    return node.op == "call_function" and node.target in STARTS
+    return node.op == "call_function" and node.target in COLLECTIVES
 
 
 def is_wait(node: torch.fx.Node) -> bool:
@@ -75,14 +66,12 @@ class _Ran:
 
 
 # The collectives whose members can share one transfer (a bucket of all-gathers is one all-gather).
-MERGEABLE = {_F.all_reduce.default, _F.all_gather_into_tensor.default, _F.reduce_scatter_tensor.default}
-
-
 def bucket_key(node: torch.fx.Node):
     """What collectives must share to go in one bucket (op, its arguments and group, dtype); None
     for one that goes alone."""
     value = node.meta.get("val")
-    if node.target not in MERGEABLE or not isinstance(value, torch.Tensor):
+    start = COLLECTIVES.get(node.target)
+    if start is None or not start.mergeable or not isinstance(value, torch.Tensor):
         return None
     return node.target, tuple(node.args[1:]), value.dtype
 
@@ -96,7 +85,8 @@ def start(target, args_list) -> list:
     """Issue collective `target` for each argument tuple of `args_list` (a bucket: one group, the
     same arguments) as one transfer; returns per member what `wait` takes (a list of them for a
     coalesced form)."""
-    name, split, many = STARTS[target]
+    start = COLLECTIVES[target]
+    name, split, many = start.name, _many if start.coalesced else _one, start.coalesced
     group = group_of(args_list[0][-1])
     members = [split(args) for args in args_list]
     inputs = [t for member_inputs, _ in members for t in member_inputs]

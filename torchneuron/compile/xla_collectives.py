@@ -22,52 +22,17 @@ import torch
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .. import config
+from ..lowering import Facet
+from ..lowering.collectives import AXIS
 from ..runtime import deferred, device_asserts, devices, transfer
 from ..runtime.dtypes import to_jax
 from . import collectives
 
-_AXIS = "ranks"
 _ARRAY = object()  # an output that is an array (others are static values: sizes, None, meshes)
 _F = torch.ops._c10d_functional
+SPMD = Facet("spmd")  # functional collective -> its value inside the shard_map body (lowering/collectives.py)
 
 
-_REDUCERS = {"sum": jax.lax.psum, "avg": jax.lax.pmean, "max": jax.lax.pmax, "min": jax.lax.pmin}
-
-
-def _reduce(x, op: str):
-    reducer = _REDUCERS.get(op.lower())
-    if reducer is None:
-        raise NotImplementedError(f"reduce op {op!r} inside an XLA program")
-    return reducer(x, _AXIS)
-
-
-def _reduce_scatter(x, op: str):
-    out = jax.lax.psum_scatter(x, _AXIS, scatter_dimension=0, tiled=True)
-    return out / jax.lax.psum(1, _AXIS) if op.lower() == "avg" else out
-
-
-def _all_to_all(x, output_splits, input_splits):
-    if (output_splits and len(set(output_splits)) > 1) or (input_splits and len(set(input_splits)) > 1):
-        raise NotImplementedError("uneven all_to_all_single inside an XLA program")
-    return jax.lax.all_to_all(x, _AXIS, 0, 0, tiled=True)
-
-
-def _broadcast(x, src):
-    return jax.lax.all_gather(x, _AXIS)[src]
-
-
-# functional collective -> its value inside the shard_map body (the group name, last, is dropped)
-LOWERINGS = {
-    _F.all_reduce.default: lambda x, op, group: _reduce(x, op),
-    _F.all_reduce_coalesced.default: lambda xs, op, group: [_reduce(x, op) for x in xs],
-    _F.all_gather_into_tensor.default: lambda x, n, group: jax.lax.all_gather(x, _AXIS, axis=0, tiled=True),
-    _F.all_gather_into_tensor_coalesced.default:
-        lambda xs, n, group: [jax.lax.all_gather(x, _AXIS, axis=0, tiled=True) for x in xs],
-    _F.reduce_scatter_tensor.default: lambda x, op, n, group: _reduce_scatter(x, op),
-    _F.reduce_scatter_tensor_coalesced.default: lambda xs, op, n, group: [_reduce_scatter(x, op) for x in xs],
-    _F.all_to_all_single.default: lambda x, o, i, group: _all_to_all(x, o, i),
-    _F.broadcast.default: lambda x, src, group: _broadcast(x, src),
-}
 
 
 def _mesh() -> Mesh | None:
@@ -79,7 +44,7 @@ def _mesh() -> Mesh | None:
     for rank in range(world):  # each rank is one JAX process; its core is neuron:LOCAL_RANK
         own = [d for d in everyone if d.process_index == rank]
         chosen.append(own[rank % per_host] if len(own) > rank % per_host else None)
-    return None if None in chosen else Mesh(np.array(chosen), (_AXIS,))
+    return None if None in chosen else Mesh(np.array(chosen), (AXIS,))
 
 
 def eligible(gm: torch.fx.GraphModule) -> bool:
@@ -91,7 +56,7 @@ def eligible(gm: torch.fx.GraphModule) -> bool:
     for node in gm.graph.nodes:
         if collectives.is_start(node):
             group = collectives.group_of(node.args[-1])
-            if node.target not in LOWERINGS or group.size() != world:
+            if node.target not in SPMD or group.size() != world:
                 return False
     return True
 
@@ -105,8 +70,8 @@ def compile_graph(gm: torch.fx.GraphModule, name: str, graph_class):
 
     class _Graph(graph_class):
         def _call(self, node, env, mutations, base_key, rng, random_index, sizes):
-            if node.target in LOWERINGS:
-                return LOWERINGS[node.target](*torch.fx.map_arg(node.args, env.__getitem__))
+            if node.target in SPMD:
+                return SPMD[node.target](*torch.fx.map_arg(node.args, env.__getitem__))
             if node.target is _F.wait_tensor.default:
                 return env[node.args[0]]
             return super()._call(node, env, mutations, base_key, rng, random_index, sizes)
@@ -143,7 +108,7 @@ class SpmdGraph:
             shapes["outputs"] = [_ARRAY if isinstance(o, jax.Array) else o for o in outputs]
             return [a[None] for a in arrays + list(mutated) + ([failure] if graph.checked else [])]
 
-        spec = PartitionSpec(_AXIS)
+        spec = PartitionSpec(AXIS)
         shard_map = getattr(jax, "shard_map", None)
         if shard_map is None:  # (older JAX releases)
             from jax.experimental.shard_map import shard_map
@@ -155,7 +120,7 @@ class SpmdGraph:
         """This rank's `value` as its block of a global array over the ranks."""
         value = jax.device_put(value[None], local)
         return jax.make_array_from_single_device_arrays(
-            (world, *value.shape[1:]), NamedSharding(self.mesh, PartitionSpec(_AXIS)), [value])
+            (world, *value.shape[1:]), NamedSharding(self.mesh, PartitionSpec(AXIS)), [value])
 
     def __call__(self, *inputs):
         deferred.flush("compiled graph")

@@ -42,7 +42,7 @@ import torch
 from jax import lax
 
 from .. import config
-from ..lowering import LOWERINGS, META_OVERRIDES, calling, check_refusals, draws_random, padding
+from ..lowering import calling, draws_random, padding, record_of, run_meta
 from ..runtime import deferred, device_asserts, executables, storages, tables
 from ..runtime.dtypes import host_scalar, to_jax
 from ..runtime.layout import Layout, canonical_stride, contiguous_stride, read
@@ -374,7 +374,7 @@ class BucketedPlan:
 
     def __init__(self, schema: OpSchema, args, kwargs, desc: CallDescription, shapes, varying):
         op = schema.op
-        lowering = LOWERINGS.get(op)
+        lowering = record_of(op).lowering
         if lowering is None or lowering.data_dependent or lowering.user_code or lowering.graph_only or (
                 lowering.checks and device_asserts.ENABLED):
             raise _Refused("no lowering that runs padded (none, data dependent, a user's, or device-checked)")
@@ -400,8 +400,7 @@ class BucketedPlan:
         margs, mkwargs = _replace_tensors(args, kwargs, lambda i, t: torch.empty_strided(
             shapes[i], contiguous_stride(shapes[i]) if any(varying[i]) else t.stride(), dtype=t.dtype, device="meta"))
         try:
-            check_refusals(op, margs, mkwargs)
-            padded_out = META_OVERRIDES.get(op, op)(*margs, **mkwargs)
+            padded_out = run_meta(op, margs, mkwargs)
         except _META_ERRORS as e:  # a padded call the meta kernel refuses: run at exact sizes
             raise _Refused(f"its meta kernel refuses the padded sizes: {e}") from e
         outs = padded_out if len(op._schema.returns) > 1 else (padded_out,)
@@ -568,13 +567,13 @@ class BucketedPlan:
     def _true_results(self, args, kwargs, desc: CallDescription, sizes) -> list | None:
         """Per result, its true sizes (a tensor's), its value (an int's) or None; None where the
         meta kernel refuses the true sizes or a result does not fit its padded size. From the op's
-        size rule where it has one (TRUE_SHAPES), else its meta kernel. Remembered for the latest
+        size rule where it has one (its record's `true_shapes`), else its meta kernel. Remembered for the latest
         few argument sizes: a step meets each size once per layer, and for keys and values alike."""
         key = (tuple(sizes), tuple(desc.scalars))
         found = self._seen.get(key, _MISSING)
         if found is not _MISSING:
             return found
-        rule = TRUE_SHAPES.get(self.op)
+        rule = record_of(self.op).true_shapes
         true_out = rule(*args, **kwargs) if rule is not None else None
         if true_out is None:
             true_out = _meta_results(self.op, args, kwargs)
@@ -604,52 +603,13 @@ def _meta_results(op, args, kwargs) -> list | None:
     metas, meta_kwargs = _replace_tensors(args, kwargs, lambda i, t: torch.empty_strided(
         t.shape, t.stride(), dtype=t.dtype, device="meta"))
     try:
-        out = META_OVERRIDES.get(op, op)(*metas, **meta_kwargs)
+        out = run_meta(op, metas, meta_kwargs)
     except _META_ERRORS:
         return None
     if out is None:
         return None
     outs = out if len(op._schema.returns) > 1 else (out,)
     return [tuple(o.shape) if isinstance(o, torch.Tensor) else o for o in outs]
-
-
-def _cat_shapes(tensors, dim=0) -> list | None:
-    """cat's result shape from its inputs' (a decode step's caches and masks: PyTorch's meta kernel
-    for cat is a Python reference, ~70-250 µs a call); None for anything unusual (legacy empty
-    inputs, sizes that disagree), which the meta kernel decides."""
-    first = tensors[0].shape
-    rank = len(first)
-    if not rank or not -rank <= dim < rank:
-        return None
-    dim %= rank
-    total = 0
-    for t in tensors:
-        shape = t.shape
-        if len(shape) != rank or shape[:dim] != first[:dim] or shape[dim + 1:] != first[dim + 1:]:
-            return None
-        total += shape[dim]
-    return [(*first[:dim], total, *first[dim + 1:])]
-
-
-def _attention_shapes(query, key, value, *args, **kwargs) -> list | None:
-    """The fused attention's results' sizes (as its meta kernel gives them): the output, the
-    log-sum-exp, two absent tensors, the query's and the key's lengths, the 0-d seed and offset,
-    no debug mask."""
-    if query.dim() == 4:
-        batch, heads, length, _ = query.shape
-    elif query.dim() == 3:
-        (heads, length, _), batch = query.shape, 1
-    else:
-        return None
-    return [(*query.shape[:-1], value.shape[-1]), (batch, heads, length), None, None, length, key.shape[-2],
-            (), (), None]
-
-
-# op -> its results' true sizes from the arguments (a tensor's as a shape tuple), or None to ask the
-# meta kernel: for ops whose meta kernel is slow Python and whose size rule is plain. Only sizes:
-# every other property of the call (dtypes, devices, ranks) is fixed by the bucketed plan it runs.
-TRUE_SHAPES: dict = {aten.cat.default: _cat_shapes,
-                     aten._scaled_dot_product_fused_attention_overrideable.default: _attention_shapes}
 
 
 def _growing_at(varying, results, result_axes) -> list:
@@ -702,7 +662,7 @@ def _result_axes(op, args, kwargs, outs, shapes, varying):
         args, kwargs = _replace_tensors(args, kwargs, lambda i, t: torch.empty_strided(
             smaller[i], contiguous_stride(smaller[i]) if any(varying[i]) else t.stride(), dtype=t.dtype,
             device="meta"))
-        shrunk = META_OVERRIDES.get(op, op)(*args, **kwargs)
+        shrunk = run_meta(op, args, kwargs)
     except _META_ERRORS:
         return None
     shrunk = shrunk if len(op._schema.returns) > 1 else (shrunk,)

@@ -20,24 +20,6 @@ NEURON = "privateuseone"
 NO_DEVICE = -2  # (get_device() says -1 for CPU tensors)
 aten = torch.ops.aten
 
-# Arguments whose CPU tensors an op takes as CUDA does: moved to the call's device first.
-# Advanced indexing's indices and masks (ATen's make_info moves them; `index` checks they are on
-# CPU or on self's device). Other ops, index_fill_/index_select/gather/scatter included, refuse
-# CPU tensors on CUDA with the same-device error, and so does neuron.
-HOST_OPERANDS: dict = {
-    aten.index.Tensor: ("indices",),
-    aten.index.Tensor_out: ("indices",),
-    aten._unsafe_index.Tensor: ("indices",),
-    aten.index_put.default: ("indices",),
-    aten.index_put.out: ("indices",),
-    aten.index_put_.default: ("indices",),
-    aten._index_put_impl.default: ("indices",),
-    aten._index_put_impl.out: ("indices",),
-    aten._index_put_impl_.default: ("indices",),
-    aten._unsafe_index_put.default: ("indices",),
-}
-
-
 class CallDescription:
     """The tensors and traced scalars of one call, its cache key, and the buffers it reads:
     one per distinct storage, in order of first use (a storage without a handle is its own)."""
@@ -106,11 +88,11 @@ def key_of(schema: OpSchema, desc: CallDescription) -> tuple:
 
 
 def move_host_operands(schema: OpSchema, args, kwargs) -> tuple:
-    """`args` and `kwargs` with the CPU tensors of the arguments HOST_OPERANDS names for the op
+    """`args` and `kwargs` with the CPU tensors of the arguments the op's record names (host_operands)
     moved to self's neuron device (one transfer each, once per call), byte masks made bool masks
     with CPU's warning, each call; unchanged for other ops."""
-    names = HOST_OPERANDS.get(schema.op)
-    if names is None or not args or not isinstance(args[0], torch.Tensor) or args[0].device.type != "neuron":
+    names = schema.host_operands
+    if not names or not args or not isinstance(args[0], torch.Tensor) or args[0].device.type != "neuron":
         return args, kwargs  # (self on CPU: the same-device error follows from `describe`)
     device = args[0].device
 

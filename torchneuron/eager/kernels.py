@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from ..lowering import LOWERINGS
+from ..lowering import LOWERINGS, RECORDS
 from . import copies, driver, fallback, unsupported
 from .dynamo_skip import skip_recursively
 from .execute import fill_outs
@@ -65,24 +65,6 @@ def _should_register(op) -> bool:
 
 REGISTERED: list = []
 
-# Overloads that take per-list values as a CPU tensor run as their ScalarList overloads, which
-# the table lowers: PyTorch's own kernels read such a tensor on the host too.
-HOST_SCALAR_LISTS = {
-    aten._foreach_addcmul.Tensor: aten._foreach_addcmul.ScalarList,
-    aten._foreach_addcmul_.Tensor: aten._foreach_addcmul_.ScalarList,
-    aten._foreach_addcdiv.Tensor: aten._foreach_addcdiv.ScalarList,
-    aten._foreach_addcdiv_.Tensor: aten._foreach_addcdiv_.ScalarList,
-}
-
-
-# out= overloads whose functional runs through its own kernel rather than the table (batch
-# norm's redirects): the functional computes, the outs are resized and filled.
-OUT_FROM_FUNCTIONAL = {
-    aten.native_batch_norm.out: aten.native_batch_norm.default,
-    aten._native_batch_norm_legit.out: aten._native_batch_norm_legit.default,
-}
-
-
 def _out_from_functional(op, functional):
     out_names = [op._schema.arguments[i].name for i in parse(op).out_args]
 
@@ -130,10 +112,15 @@ def register_all() -> None:
     _lib.impl(aten.equal.default, _equal, "PrivateUse1")
     _lib.impl(aten.polygamma_.default, _polygamma_, "PrivateUse1")
     _lib.impl(aten.record_stream.default, _record_stream, "PrivateUse1")
-    for op, functional in OUT_FROM_FUNCTIONAL.items():
-        _lib.impl(op, _out_from_functional(op, functional), "PrivateUse1")
-    for op, target in HOST_SCALAR_LISTS.items():
-        _lib.impl(op, _as_scalar_list(target), "PrivateUse1")
+    # Records whose kernel is not the driver's: redirects, out= from a functional's own kernel,
+    # CPU tensors of per-list scalars (first: the table's loop skips ops that have a kernel).
+    for found in list(RECORDS.values()):
+        if found.redirect is not None:
+            _lib.impl(found.op, found.redirect, "PrivateUse1")
+        elif found.out_from is not None:
+            _lib.impl(found.op, _out_from_functional(found.op, found.out_from), "PrivateUse1")
+        elif found.runs_as is not None:
+            _lib.impl(found.op, _as_scalar_list(found.runs_as), "PrivateUse1")
     for functional, lowering in list(LOWERINGS.items()):
         if lowering.graph_only:
             continue
@@ -141,7 +128,7 @@ def register_all() -> None:
             if _should_register(op):
                 _lib.impl(op, make_kernel(op), "PrivateUse1")
                 REGISTERED.append(op)
-    unsupported.register(_lib, _fallback_lib)  # refusals, redirects, the quantized fallback
+    unsupported.register(_lib, _fallback_lib)  # refusals, the quantized fallback
     _fallback_lib.fallback(fallback.dispatch, dispatch_key="PrivateUse1")
     skip_recursively(make_kernel(aten.add.Tensor), copies.copy_, copies.copy_from,
                      copies.local_scalar_dense, fallback.dispatch, driver.run_op)

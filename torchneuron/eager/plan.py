@@ -13,7 +13,7 @@ import inspect
 import torch
 from torch._decomp import meta_table
 
-from ..lowering import LOWERINGS, META_OVERRIDES, Lowering, calling, check_refusals, draws_random
+from ..lowering import Lowering, calling, check_refusals, draws_random, record_of
 from ..runtime import device_asserts, devices, executables, tables
 from ..runtime.dtypes import scalar_type_name
 from ..runtime.layout import Layout, canonical_stride, contiguous_stride
@@ -77,7 +77,7 @@ class Plan(PlanExecution):
         self.op = schema.op
         self.resize = []
         functional = schema.functional
-        lowering = LOWERINGS.get(functional) if functional is not None else None
+        lowering = record_of(functional).lowering
         if lowering is None:
             raise NotImplementedError(f"neuron has no lowering for {self.op}")
         self.lowering: Lowering = lowering
@@ -112,8 +112,9 @@ class Plan(PlanExecution):
             meta_args, meta_kwargs, meta_tensors = self._meta_call(args, kwargs, buffers)
             if lowering.data_dependent:
                 self.meta_out = None
-                if self.op in META_OVERRIDES:  # for a data-dependent op, a check of its arguments
-                    META_OVERRIDES[self.op](*meta_args, **meta_kwargs)
+                meta = record_of(self.op).meta
+                if meta is not None:  # for a data-dependent op, a check of its arguments
+                    meta(*meta_args, **meta_kwargs)
             else:
                 self.meta_out = self._meta_outputs(meta_args, meta_kwargs)
             # A meta kernel that cannot tell the output shape (x[mask]) makes this call data dependent
@@ -254,12 +255,13 @@ class Plan(PlanExecution):
         missing = (NotImplementedError, torch._subclasses.fake_tensor.UnsupportedOperatorException)
         functional = self.schema.functional
         try:
-            if self.schema.out_args and self.lowering.promote is not None and self.op not in META_OVERRIDES:
-                self._check_out_casts(margs, mkwargs, META_OVERRIDES.get(functional, functional))
-            if self.op not in META_OVERRIDES and self.schema.out_args and (
-                    functional in META_OVERRIDES or not _meta_takes(self.op, margs, mkwargs)):
-                return self._meta_of_out_overload(margs, mkwargs, META_OVERRIDES.get(functional, functional))
-            return META_OVERRIDES.get(self.op, self.op)(*margs, **mkwargs)
+            own_meta, functional_meta = record_of(self.op).meta, record_of(functional).meta
+            if self.schema.out_args and self.lowering.promote is not None and own_meta is None:
+                self._check_out_casts(margs, mkwargs, functional_meta or functional)
+            if own_meta is None and self.schema.out_args and (
+                    functional_meta is not None or not _meta_takes(self.op, margs, mkwargs)):
+                return self._meta_of_out_overload(margs, mkwargs, functional_meta or functional)
+            return (own_meta or self.op)(*margs, **mkwargs)
         except missing:
             if not self.schema.out_args or functional is None:
                 return None

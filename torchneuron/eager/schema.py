@@ -11,7 +11,7 @@ import functools
 
 import torch
 
-from ..lowering import LOWERINGS
+from ..lowering import RECORDS, record_of
 from ..lowering.calling import Kind, kind_of
 
 aten = torch.ops.aten
@@ -38,6 +38,7 @@ class OpSchema:
     list_returns: tuple  # per return: whether it is a list of tensors (an empty list, not None, when absent)
     static_scalars: bool  # the lowering's scalars shape its result (arange): one plan per value
     name: str  # "aten.add.Tensor" (str(op), which costs a microsecond a call)
+    host_operands: tuple[str, ...]  # arguments whose CPU tensors move to the device (its record's)
 
     @property
     def mutates(self) -> bool:
@@ -53,7 +54,7 @@ def parse(op: torch._ops.OpOverload) -> OpSchema:
     written = [i for i, a in enumerate(args) if a.alias_info is not None and a.alias_info.is_write]
     out_args = [i for i in written if args[i].is_out]
     functional = functional_variant(op, written, out_args)
-    lowering = LOWERINGS.get(functional) if functional is not None else None
+    lowering = record_of(functional).lowering
     kinds = [kind_of(a, lowering.traced if lowering is not None else ()) for a in args]
     leading = next((i for i, k in enumerate(kinds) if k is not Kind.TENSOR and k is not Kind.SCALAR), len(kinds))
     aliases = []
@@ -70,7 +71,7 @@ def parse(op: torch._ops.OpOverload) -> OpSchema:
                     functional, view, _sees_math_bits(op), leading,
                     frozenset(i for i in range(leading) if kinds[i] is Kind.SCALAR),
                     tuple(str(r.type).startswith("List") for r in s.returns),
-                    lowering is not None and lowering.static_scalars, str(op))
+                    lowering is not None and lowering.static_scalars, str(op), record_of(op).host_operands)
 
 
 def _sees_math_bits(op: torch._ops.OpOverload) -> bool:
@@ -89,32 +90,15 @@ def _signature(schema, drop: set[str]) -> list[tuple[str, str]]:
     return [(a.name, str(a.type)) for a in schema.arguments if a.name not in drop]
 
 
-# In-place ops whose functional overload is not found by dropping the trailing underscore.
-EXPLICIT_FUNCTIONAL = {
-    "normal_.default": "normal_functional.default",
-    "bernoulli_.float": "bernoulli.p",
-    "rrelu_with_noise_.default": "rrelu_with_noise_functional.default",  # writes self and noise
-    "__ilshift__.Scalar": "__lshift__.Scalar",
-    "__ilshift__.Tensor": "__lshift__.Tensor",
-    "__irshift__.Scalar": "__rshift__.Scalar",
-    "__irshift__.Tensor": "__rshift__.Tensor",
-    # fused optimizers write several tensor lists; their functionals return each list's new values
-    **{f"_fused_{name}_.{overload}": f"_fused_{name}.{overload}"
-       for name in ("adam", "adamw", "sgd") for overload in ("default", "tensor_lr")},
-}
-
-
 def _explicit_functional(op) -> torch._ops.OpOverload | None:
-    target = EXPLICIT_FUNCTIONAL.get(f"{op._schema.name.split('::')[1]}.{op._overloadname}")
-    if target is None:
-        return None
-    packet, overload = target.split(".")
-    return getattr(getattr(aten, packet), overload)
+    """An in-place op's functional where its name does not tell (its record's `functional`)."""
+    return record_of(op).functional
 
 
 def inplace_packets(functional_name: str) -> list[str]:
-    """Packets holding in-place ops that EXPLICIT_FUNCTIONAL maps to `functional_name`'s overloads."""
-    return [k.split(".")[0] for k, v in EXPLICIT_FUNCTIONAL.items() if v.split(".")[0] == functional_name]
+    """Packets holding in-place ops whose records name an overload of `functional_name` as their functional."""
+    return sorted({r.op._schema.name.split("::")[1] for r in list(RECORDS.values())
+                   if r.functional is not None and r.functional._schema.name.split("::")[1] == functional_name})
 
 
 def _same_signature(op, packet) -> torch._ops.OpOverload | None:

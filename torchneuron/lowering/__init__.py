@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import jax.numpy as jnp
 import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as KIND
+
+from .records import NO_RECORD, RECORDS, Facet, OpRecord, overloads, record, record_of  # noqa: F401  (the package's API)
 
 aten = torch.ops.aten
 DEFAULT = KIND.DEFAULT
@@ -81,9 +83,9 @@ def draws_random(lowering: Lowering, op: torch._ops.OpOverload, args, kwargs) ->
     return bool(lowering.random(**named))
 
 
-LOWERINGS: dict[torch._ops.OpOverload, Lowering] = {}
-# op -> meta function, for the eager driver's layouts: every lowering's `meta`, and overrides_meta's.
-META_OVERRIDES: dict[torch._ops.OpOverload, Callable] = {}
+# The lowered ops and their Lowerings, and the meta overrides: views of the records (records.py).
+LOWERINGS: Mapping[torch._ops.OpOverload, Lowering] = Facet("lowering")
+META_OVERRIDES: Mapping[torch._ops.OpOverload, Callable] = Facet("meta")
 
 
 def lowers(*ops: torch._ops.OpOverload, **options) -> Callable:
@@ -91,9 +93,9 @@ def lowers(*ops: torch._ops.OpOverload, **options) -> Callable:
 
     def register(fn: Callable) -> Callable:
         for op in ops:
-            if op in LOWERINGS:
+            if record(op).lowering is not None:
                 raise ValueError(f"{op} is lowered twice")
-            LOWERINGS[op] = lowering = Lowering(fn, **options)
+            record(op).lowering = lowering = Lowering(fn, **options)
             if lowering.meta is not None:
                 overrides_meta(op)(lowering.meta)
         return fn
@@ -107,29 +109,12 @@ def overrides_meta(*ops: torch._ops.OpOverload) -> Callable:
 
     def register(meta: Callable) -> Callable:
         for op in ops:
-            if op in META_OVERRIDES:
+            if record(op).meta is not None:
                 raise ValueError(f"{op} has two meta overrides")
-            META_OVERRIDES[op] = meta
+            record(op).meta = meta
         return meta
 
     return register
-
-
-def checks_arguments(check: Callable, *ops: torch._ops.OpOverload) -> None:
-    """Give each of `ops` a meta function that first runs `check` on the meta arguments (a check
-    CPU's kernel makes and PyTorch's meta kernel lacks), then the op's own meta kernel."""
-    for op in ops:
-        def meta(*args, op=op, **kwargs):
-            check(*args, **kwargs)
-            return op(*args, **kwargs)
-        overrides_meta(op)(meta)
-
-
-# op -> checks of its arguments (the call's tensors, or meta tensors of their shapes) for what
-# CPU's and CUDA's kernels refuse after the meta function accepted a call (`refuses`; the rules
-# are in refusals.py). Unlike a meta override they do not change which meta function runs, so
-# every overload (out= ones too) takes them.
-REFUSALS: dict[torch._ops.OpOverload, list[Callable]] = {}
 
 
 class KernelRefusal(NotImplementedError):
@@ -138,15 +123,83 @@ class KernelRefusal(NotImplementedError):
 
 
 def refuses(check: Callable, *ops: torch._ops.OpOverload) -> None:
-    """Run `check` on the arguments of each call of `ops` that builds a plan (before its meta function)."""
+    """Run `check` on the arguments of each call of `ops` (the call's tensors, or meta tensors of
+    their shapes) before its meta function: what CPU's and CUDA's kernels refuse that PyTorch's meta
+    function accepts (the rules are in refusals.py and beside the ops). Every overload that takes
+    the rule is named (out= ones too): the drivers run the rules of the overload called."""
     for op in ops:
-        REFUSALS.setdefault(op, []).append(check)
+        record(op).refusals.append(check)
 
 
 def check_refusals(op, args, kwargs) -> None:
     """Raise what CPU's kernel would for this call, if it refuses it."""
-    for check in REFUSALS.get(op, ()):
+    found = RECORDS.get(op)
+    if found is not None:
+        for check in found.refusals:
+            check(*args, **kwargs)
+
+
+def run_meta(op, args, kwargs):
+    """The op's meta result for these (meta) arguments: its refusals first, then its meta function
+    (the record's, else PyTorch's)."""
+    found = RECORDS.get(op)
+    if found is None:
+        return op(*args, **kwargs)
+    for check in found.refusals:
         check(*args, **kwargs)
+    return (found.meta or op)(*args, **kwargs)
+
+
+def sizes_from(*ops: torch._ops.OpOverload) -> Callable:
+    """Register `rule(*args, **kwargs)` as the results' true sizes of each of `ops` (a tensor's as a
+    shape tuple), or None to ask the meta kernel: for ops whose meta kernel is slow Python and whose
+    size rule is plain. Only sizes: every other property of a call is fixed by the plan it runs."""
+
+    def register(rule: Callable) -> Callable:
+        for op in ops:
+            record(op).true_shapes = rule
+        return rule
+
+    return register
+
+
+def takes_host_operands(names: tuple[str, ...], *ops: torch._ops.OpOverload) -> None:
+    """Arguments of `ops` whose CPU tensors the op takes as CUDA does: moved to the call's device."""
+    for op in ops:
+        record(op).host_operands = names
+
+
+def runs_as(target: torch._ops.OpOverload, *ops: torch._ops.OpOverload) -> None:
+    """Calls of `ops` (per-list values as a 1-D CPU tensor) run as `target`, the ScalarList overload
+    the table lowers: PyTorch's own kernels read such a tensor on the host too."""
+    for op in ops:
+        record(op).runs_as = target
+
+
+def functional_of(inplace: torch._ops.OpOverload, functional: torch._ops.OpOverload) -> None:
+    """`functional` computes what in-place `inplace` writes, where dropping the trailing underscore
+    does not find it (normal_ -> normal_functional; the fused optimizers' lists)."""
+    record(inplace).functional = functional
+
+
+def out_from_functional(out: torch._ops.OpOverload, functional: torch._ops.OpOverload) -> None:
+    """The out= overload `out` runs `functional` (which has its own neuron kernel, not the table's)
+    and fills its outs."""
+    record(out).out_from = functional
+
+
+def refused(reason: str, *packets: torch._ops.OpOverloadPacket) -> None:
+    """Neuron refuses every overload of `packets`, with `reason` (what to use instead)."""
+    for packet in packets:
+        for op in overloads(packet):
+            record(op).refused = reason
+
+
+def redirected(kernel: Callable, *ops: torch._ops.OpOverload) -> None:
+    """`kernel` is the neuron kernel of `ops`, made of ops that dispatch (their composite kernel
+    reads host memory)."""
+    for op in ops:
+        record(op).redirect = kernel
 
 
 _HALF = (jnp.float16, jnp.bfloat16)
@@ -169,7 +222,7 @@ def opmath(x):
 FAMILIES = ("elementwise", "reductions", "shape", "indexing", "linalg", "nn", "factories", "random", "foreach",
             "views", "histograms", "sampling", "pooling", "activations", "fft", "polynomials", "special",
             "embedding_bag", "ctc", "amp", "fake_quant", "low_precision", "attention", "optimizers", "assertions",
-            "refusals")
+            "unsupported", "refusals", "collectives")
 
 
 def load_all() -> dict:

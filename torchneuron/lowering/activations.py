@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from . import DEFAULT, aten, lowers, opmath
+from . import DEFAULT, aten, functional_of, lowers, opmath
 from .elementwise import SELF, _clamp_max, _clamp_min, _const
 from .nn import _MEAN, _reduce
 
@@ -278,6 +278,9 @@ def rrelu_with_noise_functional(self, noise, lower=0.125, upper=1 / 3, training=
     r = jax.random.uniform(key, x.shape, x.dtype) * (upper - lower) + lower
     scale = jnp.where(x <= 0, r, jnp.ones((), x.dtype))
     return (x * scale).astype(self.dtype), scale.astype(noise.dtype)
+
+
+functional_of(aten.rrelu_with_noise_.default, aten.rrelu_with_noise_functional.default)  # writes self and noise
 
 
 @lowers(aten.rrelu_with_noise_backward.default)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from . import checks_arguments, lowers
+from . import lowers, refuses
 from .asserts import device_assert
 
 aten = torch.ops.aten
@@ -18,7 +18,7 @@ def _one_value(self, assert_msg=None) -> None:
     torch._check(self.numel() <= 1, lambda: "Boolean value of Tensor with more than one value is ambiguous")
 
 
-checks_arguments(_one_value, aten._assert_async.default, aten._assert_async.msg)
+refuses(_one_value, aten._assert_async.default, aten._assert_async.msg)
 
 
 @lowers(aten._assert_async.default, aten._assert_async.msg, checks=True)

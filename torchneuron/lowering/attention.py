@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from .. import config
-from . import aten, lowers, opmath_dtype
+from . import aten, lowers, opmath_dtype, sizes_from
 
 # XLA:CPU runs attention faster one (batch, head) at a time in a loop than over the whole batch at
 # once (the GPT's (4, 4, 128, 8): forward 1.45x, backward 1.15x): each step's scores stay in cache.
@@ -102,6 +102,21 @@ def _dropout_scale(s_shape, dropout_p, key_words):
 
 def _draws(dropout_p=0.0, **_):
     return dropout_p > 0.0
+
+
+@sizes_from(aten._scaled_dot_product_fused_attention_overrideable.default)
+def sdpa_overrideable_sizes(query, key, value, *args, **kwargs) -> list | None:
+    """The fused attention's results' sizes (as its meta kernel gives them): the output, the
+    log-sum-exp, two absent tensors, the query's and the key's lengths, the 0-d seed and offset,
+    no debug mask."""
+    if query.dim() == 4:
+        batch, heads, length, _ = query.shape
+    elif query.dim() == 3:
+        (heads, length, _), batch = query.shape, 1
+    else:
+        return None
+    return [(*query.shape[:-1], value.shape[-1]), (batch, heads, length), None, None, length, key.shape[-2],
+            (), (), None]
 
 
 # (The op's second argument is named `key` in its schema; here that name is the PRNG key the driver

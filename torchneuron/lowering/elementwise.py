@@ -15,7 +15,7 @@ import torch
 from jax import lax
 
 from ..runtime.dtypes import CPU_ACC_TYPE, scalar_type_name, to_jax
-from . import DEFAULT, INT_TO_FLOAT, NO_OPMATH, aten, checks_arguments, lowers, overrides_meta
+from . import DEFAULT, INT_TO_FLOAT, NO_OPMATH, aten, functional_of, lowers, overrides_meta, refuses
 from .low_precision import cast
 
 SELF = ("self",)
@@ -511,7 +511,7 @@ def _heaviside_dtypes(self, values, *, out=None):
         raise RuntimeError("heaviside is not yet implemented for tensors with different dtypes.")
 
 
-checks_arguments(_heaviside_dtypes, aten.heaviside.default, aten.heaviside_.default, aten.heaviside.out)
+refuses(_heaviside_dtypes, aten.heaviside.default, aten.heaviside_.default, aten.heaviside.out)
 
 
 @lowers(aten.heaviside.default, promote=DEFAULT, promote_args=("self", "values"))
@@ -631,6 +631,9 @@ lowers(aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar,
        aten.bitwise_right_shift.Scalar_Tensor, promote=DEFAULT)(_binary(jnp.right_shift))
 lowers(aten.__lshift__.Tensor, aten.__lshift__.Scalar, promote=DEFAULT)(_binary(jnp.left_shift))
 lowers(aten.__rshift__.Tensor, aten.__rshift__.Scalar, promote=DEFAULT)(_binary(jnp.right_shift))
+for _overload in ("Tensor", "Scalar"):  # (`x <<= y` is __ilshift__: no trailing underscore to drop)
+    functional_of(getattr(aten.__ilshift__, _overload), getattr(aten.__lshift__, _overload))
+    functional_of(getattr(aten.__irshift__, _overload), getattr(aten.__rshift__, _overload))
 
 
 @lowers(aten.bitwise_not.default)
@@ -693,17 +696,23 @@ def _clamp_max(x, high):
     return jnp.where((x <= high) | jnp.isnan(x), x, high)
 
 
+def _meta(t):
+    """A meta tensor like `t` (or `t` itself, a number): rules run on the call's own tensors and
+    must not compute on them."""
+    return torch.empty_like(t, device="meta") if isinstance(t, torch.Tensor) else t
+
+
 def _clamp_bounds(self, min=None, max=None, *, out=None):
     if min is None and max is None:
         raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
     if out is not None and not isinstance(min, torch.Tensor) and not isinstance(max, torch.Tensor):
         # with Scalar bounds CPU's kernel is a unary op: the out's dtype must be the result's
-        result = aten.clamp.default(self, min, max).dtype
+        result = aten.clamp.default(_meta(self), min, max).dtype
         if out.dtype != result:
             raise RuntimeError(f"Found dtype {scalar_type_name(out.dtype)} but expected {scalar_type_name(result)}")
 
 
-checks_arguments(_clamp_bounds, aten.clamp.default, aten.clamp_.default, aten.clamp.out, aten.clamp.Tensor,
+refuses(_clamp_bounds, aten.clamp.default, aten.clamp_.default, aten.clamp.out, aten.clamp.Tensor,
                  aten.clamp_.Tensor)
 
 
@@ -724,12 +733,12 @@ def clamp_max(self, max):
 
 
 def _where_out_dtype(condition, self, other, *, out):
-    result = aten.where.self(condition, self, other).dtype
+    result = aten.where.self(_meta(condition), _meta(self), _meta(other)).dtype
     if out.dtype != result:
         raise RuntimeError(f"Expected out type to be {scalar_type_name(result)} but got {scalar_type_name(out.dtype)}")
 
 
-checks_arguments(_where_out_dtype, aten.where.self_out)
+refuses(_where_out_dtype, aten.where.self_out)
 
 
 @lowers(aten.where.self, promote=DEFAULT)

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import torch
 
 from ..runtime.dtypes import to_jax
-from . import aten, lowers
+from . import aten, lowers, runs_as
 
 
 def _floating(dtype) -> bool:
@@ -106,8 +106,8 @@ def _addc(combine, self, tensor1, tensor2, scalars):
     return out
 
 
-# The .Tensor overloads take their values in a CPU tensor, which the driver cannot pass: they are
-# left to PyTorch's decomposition.
+# The .Tensor overloads take their per-list values in a 1-D CPU tensor: they run as the ScalarList
+# overloads (PyTorch's own kernels read that tensor on the host too).
 @lowers(aten._foreach_addcmul.Scalar, aten._foreach_addcmul.ScalarList)
 def foreach_addcmul(self, tensor1, tensor2, scalars=1):
     return _addc(jnp.multiply, self, tensor1, tensor2, scalars)
@@ -116,6 +116,10 @@ def foreach_addcmul(self, tensor1, tensor2, scalars=1):
 @lowers(aten._foreach_addcdiv.Scalar, aten._foreach_addcdiv.ScalarList)
 def foreach_addcdiv(self, tensor1, tensor2, scalars=1):
     return _addc(jnp.divide, self, tensor1, tensor2, scalars)
+
+
+for _name in ("_foreach_addcmul", "_foreach_addcmul_", "_foreach_addcdiv", "_foreach_addcdiv_"):
+    runs_as(getattr(aten, _name).ScalarList, getattr(aten, _name).Tensor)
 
 
 def _lerp(start, end, weight):

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import torch
 
 from ..runtime.dtypes import scalar_type_name, to_torch
-from . import aten, checks_arguments, lowers, overrides_meta
+from . import aten, lowers, overrides_meta, refuses, takes_host_operands
 from .asserts import check_index, device_assert
 
 
@@ -42,6 +42,16 @@ def _check_advanced(self, indices) -> None:
         if index is not None and not _is_mask(index):
             check_index(index, self.shape[dim], f"index along dimension {dim}", negative=True)
         dim += 1 if index is None or not _is_mask(index) else index.ndim
+
+
+# Advanced indexing's indices and masks may be CPU tensors, as on CUDA (ATen's make_info moves
+# them; `index` checks they are on CPU or on self's device): the driver moves them first. Other ops,
+# index_fill_/index_select/gather/scatter included, refuse CPU tensors on CUDA with the same-device
+# error, and so does neuron.
+takes_host_operands(("indices",), aten.index.Tensor, aten.index.Tensor_out, aten._unsafe_index.Tensor,
+                    aten.index_put.default, aten.index_put.out, aten.index_put_.default,
+                    aten._index_put_impl.default, aten._index_put_impl.out, aten._index_put_impl_.default,
+                    aten._unsafe_index_put.default)
 
 
 @lowers(aten.index.Tensor, checks=True)
@@ -171,8 +181,8 @@ def _index_add_dtypes(self, dim, index, source, *, alpha=1, out=None):
                            f"({scalar_type_name(source.dtype)}) must have the same scalar type")
 
 
-checks_arguments(_index_copy_dtypes, aten.index_copy.default, aten.index_copy_.default, aten.index_copy.out)
-checks_arguments(_index_add_dtypes, aten.index_add.default, aten.index_add_.default, aten.index_add.out)
+refuses(_index_copy_dtypes, aten.index_copy.default, aten.index_copy_.default, aten.index_copy.out)
+refuses(_index_add_dtypes, aten.index_add.default, aten.index_add_.default, aten.index_add.out)
 
 
 @lowers(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor, checks=True)

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from . import aten, lowers, opmath, opmath_dtype, overrides_meta
+from . import aten, lowers, opmath, opmath_dtype, out_from_functional, overrides_meta, redirected
 from .asserts import check_index, device_assert
 from .reductions import _vector_norm
 
@@ -222,10 +222,11 @@ def _native_batch_norm_redirect(input, weight, bias, running_mean, running_var, 
                                                      momentum, eps)
 
 
-# Registered before the lowering table's kernels; below autograd, so the backward stays
-# native_batch_norm_backward.
-_redirects = torch.library.Library("aten", "IMPL")
-_redirects.impl(aten.native_batch_norm.default, _native_batch_norm_redirect, "PrivateUse1")
+# (A PrivateUse1 kernel, below autograd: the backward stays native_batch_norm_backward.) Their out=
+# overloads run the functionals' kernels and fill the outs.
+redirected(_native_batch_norm_redirect, aten.native_batch_norm.default)
+out_from_functional(aten.native_batch_norm.out, aten.native_batch_norm.default)
+out_from_functional(aten._native_batch_norm_legit.out, aten._native_batch_norm_legit.default)
 
 
 @lowers(aten.native_batch_norm_backward.default)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from . import aten, lowers, opmath
+from . import aten, functional_of, lowers, opmath
 
 _HYPER = ("lr", "beta1", "beta2", "weight_decay", "eps", "momentum", "dampening")
 
@@ -99,3 +99,10 @@ def fused_sgd(self, grads, momentum_buffer_list, *, weight_decay, momentum, lr, 
         params.append((p - lr.astype(compute) * g).astype(param.dtype))
     olds = [list(self), list(grads), list(momentum_buffer_list)]
     return tuple(_unless_inf(found_inf, [params, grads_out, buffers], olds))
+
+
+# The fused optimizers write several tensor lists; their functionals return each list's new values.
+for _name in ("adam", "adamw", "sgd"):
+    for _overload in ("default", "tensor_lr"):
+        functional_of(getattr(getattr(aten, f"_fused_{_name}_"), _overload),
+                      getattr(getattr(aten, f"_fused_{_name}"), _overload))

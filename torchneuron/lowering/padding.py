@@ -24,6 +24,7 @@ import torch
 from .. import config
 from ..runtime.dtypes import to_jax
 from . import attention
+from .records import RECORDS, record
 
 aten = torch.ops.aten
 
@@ -61,7 +62,6 @@ def bucket(size: int) -> int:
     """The padded size a dynamic size runs at: the next power of two, at least config.MIN_BUCKET
     (compiled graphs and eager ops alike)."""
     return max(config.MIN_BUCKET, 1 << max(size - 1, 0).bit_length())
-RULES: dict = {}  # op overload -> rule(call) -> Padding | None
 
 # Ops that only regroup a tensor's elements into new axes (view/reshape): position-wise per
 # element, but an axis they merge or split is padded as its factors are (the caller tracks that).
@@ -69,16 +69,18 @@ REGROUPING = frozenset({aten.view.default, aten._unsafe_view.default, aten.resha
 
 
 def pads(*ops):
+    """Register `rule(call) -> Padding | None` as the padding rule of each of `ops` (on its record)."""
     def register(rule):
         for op in ops:
-            RULES[op] = rule
+            record(op).padding = rule
         return rule
     return register
 
 
 def rule_for(op) -> Callable | None:
     """The padding rule of `op`: registered, or position-wise for pointwise ops; None if unknown."""
-    rule = RULES.get(op)
+    found = RECORDS.get(op)
+    rule = found.padding if found is not None else None
     if rule is None and isinstance(op, torch._ops.OpOverload) and torch.Tag.pointwise in op.tags:
         return _position_wise
     return rule

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from ..runtime.dtypes import to_jax
-from . import aten, lowers
+from . import aten, functional_of, lowers
 
 
 def _float(dtype):
@@ -44,6 +44,9 @@ def normal_functional(self, mean=0.0, std=1.0, *, generator=None, key):
     return _normal(key, self.shape, self.dtype, mean, std)
 
 
+functional_of(aten.normal_.default, aten.normal_functional.default)
+
+
 @lowers(aten.normal.Tensor_float, aten.normal.float_Tensor, aten.normal.Tensor_Tensor, random=True)
 def normal(mean, std=1.0, *, generator=None, key):
     arrays = [v for v in (mean, std) if isinstance(v, jax.Array)]
@@ -67,6 +70,9 @@ def bernoulli(self, *, generator=None, key):
 @lowers(aten.bernoulli.p, aten.bernoulli.Tensor, random=True)
 def bernoulli_p(self, p=0.5, *, generator=None, key):  # bernoulli_.float defaults p
     return _uniform(key, self.shape, self.dtype) < jnp.asarray(p, _float(self.dtype))
+
+
+functional_of(aten.bernoulli_.float, aten.bernoulli.p)
 
 
 def _bounds(dtype) -> tuple[int, int]:
