@@ -6,6 +6,8 @@ import math
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
+import torchneuron
+
 
 def to_neuron(x):
     return tree_map(lambda t: t.to("neuron") if isinstance(t, torch.Tensor) else t, x)
@@ -48,3 +50,12 @@ def check(fn, *args, rtol=None, atol=None, grad=False, **kwargs):
             if isinstance(c, torch.Tensor) and c.requires_grad and c.grad is not None:
                 torch.testing.assert_close(n.grad.cpu(), c.grad, rtol=rtol, atol=atol)
     return actual
+
+
+def check_grad(fn, *args, **kwargs):
+    """check(fn, *args, grad=True), and neither the forward nor the backward ran an op on CPU (backward
+    formulas call ops of other families: those must be lowered too)."""
+    before = torchneuron.fallback_stats()
+    check(fn, *args, grad=True, **kwargs)
+    fell = {op: n - before.get(op, 0) for op, n in torchneuron.fallback_stats().items() if n != before.get(op, 0)}
+    assert not fell, f"ran on CPU: {fell}"

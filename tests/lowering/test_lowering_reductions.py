@@ -3,34 +3,12 @@ import warnings
 import pytest
 import torch
 
-import torchneuron
-from tests.reference import check
-from torchneuron.lowering import LOWERINGS, reductions
+from tests.reference import check, check_grad
 
-pytestmark = pytest.mark.filterwarnings("ignore:var\\(\\)")
-OURS = {op._schema.name.split("::")[1] for op, lowering in LOWERINGS.items()
-        if lowering.fn.__module__ == reductions.__name__}
+pytestmark = [pytest.mark.filterwarnings("ignore:var\\(\\)"), pytest.mark.usefixtures("no_fallback")]
 
 NAN = float("nan")
 INF = float("inf")
-
-
-@pytest.fixture(autouse=True)
-def no_fallback():
-    old = torchneuron.config.FALLBACK
-    torchneuron.config.FALLBACK = "error"
-    yield
-    torchneuron.config.FALLBACK = old
-
-
-def check_grad(fn, *args):
-    """Gradients through our ops. Their backward formulas use ops of other families (zero_,
-    masked_fill, scatter...), which may run on CPU here; ours must not."""
-    torchneuron.config.FALLBACK = "cpu"
-    before = dict(torchneuron.fallback_stats())
-    check(fn, *args, grad=True)
-    fell = {op for op, n in torchneuron.fallback_stats().items() if n != before.get(op)}
-    assert not {op.split(".")[1].rstrip("_") for op in fell} & OURS, fell
 
 
 def make(dtype, *shape, layout="contiguous"):

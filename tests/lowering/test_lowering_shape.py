@@ -2,32 +2,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import torchneuron
-from tests.reference import check
+from tests.reference import check, check_grad
 from torchneuron.eager import fallback
-from torchneuron.lowering import LOWERINGS, shape
 
-OURS = {op._schema.name.split("::")[1] for op, lowering in LOWERINGS.items()
-        if lowering.fn.__module__ == shape.__name__}
+pytestmark = pytest.mark.usefixtures("no_fallback")
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.int32, torch.bool]
-
-
-@pytest.fixture(autouse=True)
-def no_fallback():
-    old = torchneuron.config.FALLBACK
-    torchneuron.config.FALLBACK = "error"
-    yield
-    torchneuron.config.FALLBACK = old
-
-
-def check_grad(fn, *args):
-    """Gradients through our ops. Backward formulas may use ops of other families, which may
-    run on CPU here; ours must not."""
-    torchneuron.config.FALLBACK = "cpu"
-    before = dict(torchneuron.fallback_stats())
-    check(fn, *args, grad=True)
-    fell = {op for op, n in torchneuron.fallback_stats().items() if n != before.get(op)}
-    assert not {op.split(".")[1].rstrip("_") for op in fell} & OURS, fell
 
 
 def make(dtype, *shape):
