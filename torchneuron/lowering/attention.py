@@ -25,6 +25,7 @@ import jax.numpy as jnp
 
 from .. import config
 from . import aten, lowers, opmath_dtype, sizes_from
+from .padding import Fill, Padding, pads
 
 # XLA:CPU runs attention faster one (batch, head) at a time in a loop than over the whole batch at
 # once (the GPT's (4, 4, 128, 8): forward 1.45x, backward 1.15x): each step's scores stay in cache.
@@ -191,3 +192,55 @@ def sum_to(x, shape):
     lead = x.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape) if n == 1 and x.shape[lead + i] != 1)
     return jnp.sum(x, axis=axes, keepdims=True).reshape(shape)
+
+
+# ------------------------------------------------------------------ padding rules
+# How each op stays exact on operands padded along a growing axis (padding.py).
+# Keys padded along their length (axis 2) get -inf scores: a padded key takes no weight, so every
+# true query row is exact; padded query rows only make padded outputs. Padded values, queries and
+# (in the backward) incoming gradients, outputs and logsumexps are zeroed first, so a padded row
+# holding inf or NaN meets only zero weights and zero gradients (0 * inf would leak NaN).
+def _key_padding_bias(key, valid, attn_bias):
+    keep = jnp.broadcast_to(valid, key.shape)[:, :1, :, 0]  # (B, 1, S): the true keys
+    bias = jnp.where(keep[:, :, None, :], 0.0, -jnp.inf)  # (B, 1, 1, S)
+    return bias if attn_bias is None else attn_bias.astype(jnp.float32) + bias
+
+
+# Never padded: the head counts (query heads are a multiple of key/value heads) and the head
+# dimension (contracted; it sets the default scale).
+_ATTENTION_EXACT = (("query", (1, 3)), ("key", (1, 3)), ("value", (1,)))
+
+
+@pads(aten._scaled_dot_product_fused_attention_overrideable.default)
+def _attention_padding(call):
+    if call.get("dropout_p", 0.0) > 0.0:
+        return None
+
+    def masked(c, valid):
+        bias = _key_padding_bias(c["key"], valid, c.get("attn_bias"))
+        return sdpa_overrideable(c["query"], c["key"], c["value"], bias, 0.0, c["is_causal"],
+                                 c["return_debug_mask"], scale=c.get("scale"))
+
+    return Padding(fills=(Fill("value", (2,), 0), Fill("key", (2,), 0)), masked=masked, counted="key",
+                   counted_axes=(2,), exact=_ATTENTION_EXACT)
+
+
+@pads(aten._scaled_dot_product_fused_attention_overrideable_backward.default)
+def _attention_backward_padding(call):
+    if call.get("dropout_p", 0.0) > 0.0:
+        return None
+
+    def masked(c, valid):
+        bias = _key_padding_bias(c["key"], valid, c.get("attn_bias"))
+        grad_q, grad_k, grad_v, grad_bias = sdpa_overrideable_backward(
+            c["grad_out"], c["query"], c["key"], c["value"], bias, c["grad_input_mask"], c["out"],
+            c["logsumexp"], c["cum_seq_q"], c["cum_seq_k"], c["max_q"], c["max_k"], 0.0, c["is_causal"],
+            c["philox_seed"], c["philox_offset"], scale=c.get("scale"))
+        if c.get("attn_bias") is None:
+            return grad_q, grad_k, grad_v, None
+        # the gradient of the caller's bias, not of the one padding widened (-inf there: no weight)
+        return grad_q, grad_k, grad_v, sum_to(grad_bias, c["attn_bias"].shape).astype(c["attn_bias"].dtype)
+
+    fills = (Fill("grad_out", (2,), 0), Fill("query", (2,), 0), Fill("key", (2,), 0), Fill("value", (2,), 0),
+             Fill("out", (2,), 0), Fill("logsumexp", (2,), 0))
+    return Padding(fills=fills, masked=masked, counted="key", counted_axes=(2,), exact=_ATTENTION_EXACT)

@@ -17,6 +17,7 @@ from jax import lax
 from ..runtime.dtypes import CPU_ACC_TYPE, scalar_type_name, to_jax
 from . import DEFAULT, INT_TO_FLOAT, NO_OPMATH, aten, functional_of, lowers, overrides_meta, refuses
 from .low_precision import cast
+from .padding import Padding, all_axes, pads, position_wise
 
 SELF = ("self",)
 
@@ -803,3 +804,14 @@ def special_zeta(self, other):
     """Hurwitz zeta(x, q); NaN where x < 1 as on CPU (JAX's series does not say so itself)."""
     value = jax.scipy.special.zeta(self, other)
     return jnp.where(self < 1, jnp.nan, value)
+
+
+# ------------------------------------------------------------------ padding rules
+# How each op stays exact on operands padded along a growing axis (padding.py).
+pads(aten._to_copy.default, torch.ops.prims.convert_element_type.default)(position_wise)
+
+
+@pads(aten.isin.Tensor_Tensor)
+def _isin_padding(call):
+    # position-wise in the elements; a padded test element could match one of them
+    return Padding(exact=(("test_elements", all_axes(call["test_elements"])),))

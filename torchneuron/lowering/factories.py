@@ -15,6 +15,7 @@ from jax import lax
 from ..runtime.dtypes import to_jax
 from . import aten, lowers
 from .low_precision import cast
+from .padding import pads, position_wise
 
 
 @lowers(aten.fill.Scalar, aten.fill.Tensor)
@@ -137,3 +138,14 @@ def tril_indices(row, col, offset=0, *, dtype=None, layout=None, device=None, pi
 def efficient_zero_tensor(size, *, dtype=None, layout=None, device=None, pin_memory=None):
     # PyTorch's ZeroTensor is a storage-free zero; here it is an ordinary zero tensor.
     return jnp.zeros(tuple(size), jnp.float32)
+
+
+# ------------------------------------------------------------------ padding rules
+# How each op stays exact on operands padded along a growing axis (padding.py).
+pads(aten.full.default, aten.full_like.default, aten.zeros_like.default, aten.ones_like.default,
+     aten.scalar_tensor.default, aten.fill.Scalar, aten.fill.Tensor, aten.zero.default,
+     # uninitialised memory: the table allocates zeros, whose value at a position ignores the size
+     aten.empty.memory_format, aten.empty_strided.default, aten.empty_permuted.default,
+     aten.new_empty_strided.default,
+     # arange(B)[:s] == arange(s)
+     aten.arange.default, aten.arange.start)(position_wise)

@@ -15,6 +15,7 @@ import torch
 from jax import lax
 
 from . import aten, lowers, opmath_dtype
+from .padding import Fill, Padding, pads
 
 # Below this many multiply-adds a product runs as an elementwise multiply and a sum, which XLA
 # fuses into one loop: XLA:CPU's dot kernel costs about a microsecond more than such work (8x8 mm).
@@ -819,3 +820,15 @@ def linalg_lstsq(self, b, rcond=None, *, driver=None):
     return (solution[..., 0] if vector else solution, residuals,
             rank if driver != "gels" else jnp.zeros((0,), jnp.int64),
             s if driver in ("gelsd", "gelss") else jnp.zeros((0,), s.dtype))
+
+
+# ------------------------------------------------------------------ padding rules
+# How each op stays exact on operands padded along a growing axis (padding.py).
+# (operand, contracted axis) of each matrix product: padded entries of both become 0
+def _contraction(*operands):
+    return lambda call: Padding(fills=tuple(Fill(name, (axis,), 0) for name, axis in operands))
+
+
+pads(aten.mm.default)(_contraction(("self", 1), ("mat2", 0)))
+pads(aten.addmm.default)(_contraction(("mat1", 1), ("mat2", 0)))
+pads(aten.bmm.default)(_contraction(("self", 2), ("mat2", 1)))

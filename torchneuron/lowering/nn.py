@@ -15,6 +15,7 @@ from jax import lax
 
 from . import aten, lowers, opmath, opmath_dtype, out_from_functional, overrides_meta, redirected
 from .asserts import check_index, device_assert
+from .padding import POSITION_WISE, Fill, Padding, all_axes, pads, reduced_axes, wide
 from .reductions import _vector_norm
 
 _NONE, _MEAN, _SUM = 0, 1, 2  # at::Reduction
@@ -571,3 +572,90 @@ def weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim):
     per_dim = jnp.sum(grad * v, axis=axes, keepdims=True)
     grad_v = (g / norms) * (grad - v * (per_dim / (norms * norms)))
     return grad_v.astype(saved_v.dtype), (per_dim / norms).astype(saved_g.dtype)
+
+
+# ------------------------------------------------------------------ padding rules
+# How each op stays exact on operands padded along a growing axis (padding.py).
+@pads(aten.embedding.default)
+def _embedding_padding(call):
+    # padded indices read row 0, never past the table (device asserts check the bounds)
+    return Padding(fills=(Fill("indices", all_axes(call["indices"]), 0),))
+
+
+@pads(aten.embedding_dense_backward.default)
+def _embedding_backward_padding(call):
+    if call["scale_grad_by_freq"]:
+        return None  # counts the padded indices
+    grad, indices = call["grad_output"], call["indices"]
+    return Padding(fills=(Fill("grad_output", tuple(range(grad.ndim - 1)), 0), Fill("indices", all_axes(indices), 0)))
+
+
+@pads(aten.native_layer_norm.default)
+def _layer_norm_padding(call):
+    x = call["input"]
+    return Padding(exact=(("input", tuple(range(x.ndim - len(call["normalized_shape"]), x.ndim))),))
+
+
+@pads(aten.native_layer_norm_backward.default)
+def _layer_norm_backward_padding(call):
+    # the weight and bias gradients sum over the leading axes: zero every factor there (also
+    # turning NaN/inf computed from padding into 0)
+    x = call["input"]
+    leading = tuple(range(x.ndim - len(call["normalized_shape"])))
+    normalized = tuple(range(len(leading), x.ndim))
+    return Padding(fills=tuple(Fill(name, leading, 0) for name in ("grad_out", "input", "mean", "rstd")),
+                   exact=(("input", normalized),))
+
+
+@pads(aten._softmax.default, aten._safe_softmax.default, aten._log_softmax.default)
+def _softmax_padding(call):
+    """exp(-inf) = 0: a padded position adds nothing to the normaliser."""
+    if not call["self"].dtype.is_floating_point:
+        return None
+    return Padding(fills=(Fill("self", reduced_axes(call), -math.inf),))
+
+
+@pads(aten._softmax_backward_data.default)
+def _softmax_backward_padding(call):
+    dim = call["dim"] % call["output"].ndim
+    return Padding(fills=(Fill("grad_output", (dim,), 0), Fill("output", (dim,), 0)))
+
+
+@pads(aten._log_softmax_backward_data.default)
+def _log_softmax_backward_padding(call):
+    dim = call["dim"] % call["output"].ndim
+    return Padding(fills=(Fill("grad_output", (dim,), 0), Fill("output", (dim,), -math.inf)))
+
+
+@pads(aten.mse_loss.default)
+def _mse_loss_padding(call):
+    axes = all_axes(call["self"])
+    if call["reduction"] == 0:  # none
+        return POSITION_WISE
+    if call["reduction"] == 2:  # sum
+        return Padding(fills=(Fill("self", axes, 0), Fill("target", axes, 0)))
+
+    def masked(c, valid):
+        error = jnp.where(valid, wide(c["self"]) - wide(c["target"]), 0)
+        return jnp.sum(error * error) / jnp.sum(jnp.broadcast_to(valid, error.shape))
+
+    return Padding(masked=masked, counted_axes=axes)
+
+
+@pads(aten.mse_loss_backward.default)
+def _mse_loss_backward_padding(call):
+    axes = all_axes(call["self"])
+
+    def masked(c, valid):
+        scale = 2.0 / (jnp.sum(jnp.broadcast_to(valid, c["self"].shape)) if c["reduction"] == 1 else 1)
+        grad = scale * (wide(c["self"]) - wide(c["target"])) * wide(c["grad_output"])
+        return jnp.where(valid, grad, 0)
+
+    return Padding(masked=masked, counted_axes=axes)
+
+
+@pads(aten.nll_loss_forward.default, aten.nll_loss_backward.default, aten.nll_loss2d_forward.default,
+      aten.nll_loss2d_backward.default)
+def _nll_loss_padding(call):
+    # padded targets are ignored: they add nothing to the loss, its gradient or total_weight
+    return Padding(fills=(Fill("target", all_axes(call["target"]), call["ignore_index"]),))

@@ -20,6 +20,7 @@ from jax import lax
 
 from ..runtime.dtypes import CPU_ACC_TYPE, to_jax
 from . import aten, lowers, opmath, overrides_meta
+from .padding import Fill, Padding, highest, lowest, pads, reduced_axes, wide
 
 INDEX = jnp.int64
 
@@ -646,3 +647,104 @@ def segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, ax
 def segment_reduce_backward(grad, output, data, reduce, *, lengths=None, offsets=None, axis=0, initial=None):
     _, pull = jax.vjp(lambda d: _segment(d, reduce, _lengths(lengths, offsets), axis % data.ndim, initial), data)
     return pull(grad.astype(data.dtype))[0]
+
+
+# ------------------------------------------------------------------ padding rules
+# How each op stays exact on operands padded along a growing axis (padding.py).
+@pads(aten.sum.dim_IntList, aten.sum.default)
+def _sum_padding(call):
+    return Padding(fills=(Fill("self", reduced_axes(call), False if call["self"].dtype is torch.bool else 0),))
+
+
+@pads(aten.prod.dim_int, aten.prod.default)
+def _prod_padding(call):
+    return Padding(fills=(Fill("self", reduced_axes(call), True if call["self"].dtype is torch.bool else 1),))
+
+
+@pads(aten.amax.default, aten.max.dim, aten.max.default)
+def _max_padding(call):
+    return Padding(fills=(Fill("self", reduced_axes(call), lowest(call["self"].dtype)),))
+
+
+@pads(aten.amin.default, aten.min.dim, aten.min.default)
+def _min_padding(call):
+    return Padding(fills=(Fill("self", reduced_axes(call), highest(call["self"].dtype)),))
+
+
+def _flat_index(call):
+    """argmax/argmin without a dim index the flattened tensor: padding moves every row after the first."""
+    return call["dim"] is None and call["self"].ndim > 1
+
+
+@pads(aten.argmax.default)
+def _argmax_padding(call):
+    return None if _flat_index(call) else _max_padding(call)
+
+
+@pads(aten.argmin.default)
+def _argmin_padding(call):
+    return None if _flat_index(call) else _min_padding(call)
+
+
+@pads(aten.linalg_vector_norm.default)
+def _vector_norm_padding(call):
+    if call["ord"] < 0:
+        return None  # 0 ** negative order is inf
+    return Padding(fills=(Fill("self", reduced_axes(call), 0),))
+
+
+def _masked_moments(x, valid, dims, correction):
+    """(mean, variance with `correction`) of `x` over `dims`, counting only `valid` positions."""
+    valid = jnp.broadcast_to(valid, x.shape)
+    count = jnp.sum(valid, axis=dims, keepdims=True)
+    mean = jnp.sum(jnp.where(valid, x, 0), axis=dims, keepdims=True) / count
+    if correction is None:
+        return mean, None
+    centred = jnp.where(valid, x - mean, 0)
+    # degrees of freedom clamped at 0, as PyTorch does (inf, or nan for a zero sum)
+    return mean, jnp.sum(centred * jnp.conj(centred), axis=dims, keepdims=True).real / jnp.maximum(count - correction, 0)
+
+
+def _reduced(value, dims, keepdim):
+    return value if keepdim else jnp.squeeze(value, axis=dims)
+
+
+@pads(aten.mean.dim, aten.mean.default)
+def _mean_padding(call):
+    dims = reduced_axes(call)
+
+    def masked(c, valid):
+        x = wide(c["self"] if c.get("dtype") is None else c["self"].astype(to_jax(c["dtype"])))
+        return _reduced(_masked_moments(x, valid, dims, None)[0], dims, c.get("keepdim", False))
+
+    return Padding(masked=masked, counted_axes=dims)
+
+
+def _correction(c):
+    return 1 if c["correction"] is None else c["correction"]
+
+
+def _moments_padding(finish):
+    """The rule of var/std/var_mean: `finish(mean, variance)` of the true positions."""
+    def rule(call):
+        dims = reduced_axes(call)
+
+        def masked(c, valid):
+            mean, variance = _masked_moments(wide(c["self"]), valid, dims, _correction(c))
+            return finish(_reduced(mean, dims, c["keepdim"]), _reduced(variance, dims, c["keepdim"]))
+
+        return Padding(masked=masked, counted_axes=dims)
+    return rule
+
+
+pads(aten.var.correction)(_moments_padding(lambda mean, variance: variance))
+pads(aten.std.correction)(_moments_padding(lambda mean, variance: jnp.sqrt(variance)))
+pads(aten.var_mean.correction)(_moments_padding(lambda mean, variance: (variance, mean)))
+
+
+@pads(aten.logsumexp.default)
+def _logsumexp_padding(call):
+    """exp(-inf) = 0: a padded position adds nothing to the sum."""
+    if not call["self"].dtype.is_floating_point:
+        return None
+    return Padding(fills=(Fill("self", reduced_axes(call), -math.inf),))

@@ -15,6 +15,7 @@ from jax import lax
 
 from ..runtime.layout import MOVED_AS_BYTES
 from . import aten, lowers, sizes_from
+from .padding import POSITION_WISE, Padding, pads, position_wise
 
 
 def _promoted(tensors):
@@ -130,3 +131,21 @@ def unfold_backward(grad_in, input_sizes, dim, size, step):
 def narrow_copy(self, dim, start, length):
     start = start + self.shape[dim] if start < 0 else start
     return lax.slice_in_dim(self, start, start + length, axis=dim)
+
+
+# ------------------------------------------------------------------ padding rules
+# How each op stays exact on operands padded along a growing axis (padding.py).
+pads(aten.clone.default, aten.tril.default, aten.triu.default)(position_wise)
+
+
+def _legacy_empty(t) -> bool:
+    """A 1-D tensor of size 0, which cat skips whatever the other operands' shapes."""
+    return t.ndim == 1 and type(t.shape[0]) is int and t.shape[0] == 0
+
+
+@pads(aten.cat.default)
+def _cat_padding(call):
+    # cat([torch.tensor([]), x]) is x (an empty cache grown by its first update): positions stay put
+    if sum(not _legacy_empty(t) for t in call["tensors"]) == 1:
+        return POSITION_WISE
+    return Padding(exact=(("tensors", (call["dim"] % call["tensors"][0].ndim,)),))

@@ -8,12 +8,14 @@ new value, in graphs and eager mode alike.
 from __future__ import annotations
 
 import jax.numpy as jnp
+import torch
 from jax import lax
 
 from ..runtime.dtypes import to_jax
 from ..runtime.layout import contiguous_stride
 from . import aten
 from . import lowers as _lowers
+from .padding import POSITION_WISE, Padding, pads, position_wise
 
 
 def lowers(*ops, **options):
@@ -240,3 +242,47 @@ def as_strided_scatter(self, src, size, stride, storage_offset=None):
     idx = _positions(size, stride, storage_offset or 0)
     flat = self.reshape(-1).at[idx.reshape(-1)].set(src.astype(self.dtype).reshape(-1))
     return flat.reshape(self.shape)
+
+
+# ------------------------------------------------------------------ padding rules
+# How each op stays exact on operands padded along a growing axis (padding.py).
+pads(aten.transpose.int, aten.t.default, aten.permute.default, aten.expand.default, aten.unsqueeze.default,
+     aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.alias.default, aten.detach.default)(position_wise)
+
+
+@pads(aten.split.Tensor, aten.split_with_sizes.default)
+def _split_padding(call):
+    return Padding(exact=(("self", (call["dim"] % call["self"].ndim,)),))
+
+
+@pads(aten.select.int)
+def _select_padding(call):
+    return Padding(exact=(("self", (call["dim"] % call["self"].ndim,)),))
+
+
+def _whole(call, size) -> bool:
+    """The slice start:end:step takes every position of an axis of `size`: x[:], x[0:n] of n."""
+    end = call["end"]
+    if isinstance(end, torch.SymInt) and isinstance(size, torch.SymInt):
+        # the same size (a bucketed graph runs both as the bucket), compared without a guard
+        ends = end.node.expr == size.node.expr
+    else:
+        ends = end is None or (type(end) is int and (end >= 2**62 or type(size) is int and end >= size))
+    return call["start"] in (None, 0) and ends and call["step"] == 1
+
+
+@pads(aten.slice.Tensor)
+def _slice_padding(call):
+    if _whole(call, call["self"].shape[call["dim"] % call["self"].ndim]):  # every position stays put
+        return POSITION_WISE
+    return Padding(exact=(("self", (call["dim"] % call["self"].ndim,)),))
+
+
+@pads(aten.slice_scatter.default)
+def _slice_scatter_padding(call):
+    # x[:, :] = src writes every position of src where it was; a partial slice along a padded axis
+    # would move or drop positions (src's padding lands inside x's true region)
+    dim = call["dim"] % call["self"].ndim
+    if _whole(call, call["self"].shape[dim]):
+        return POSITION_WISE
+    return Padding(exact=(("self", (dim,)), ("src", (dim,))))
