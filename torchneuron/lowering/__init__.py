@@ -131,6 +131,20 @@ def refuses(check: Callable, *ops: torch._ops.OpOverload) -> None:
         record(op).refusals.append(check)
 
 
+def argument_rule(*ops: torch._ops.OpOverload) -> Callable:
+    """`refuses` as a decorator, for a rule written beside the op's lowering:
+
+        @argument_rule(aten.index_add.default, aten.index_add_.default, aten.index_add.out)
+        def _index_add_dtypes(self, dim, index, source, *, alpha=1, out=None): ...
+    """
+
+    def register(check: Callable) -> Callable:
+        refuses(check, *ops)
+        return check
+
+    return register
+
+
 def check_refusals(op, args, kwargs) -> None:
     """Raise what CPU's kernel would for this call, if it refuses it."""
     found = RECORDS.get(op)

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import torch
 
 from ..runtime.dtypes import scalar_type_name, to_torch
-from . import aten, lowers, overrides_meta, refuses, takes_host_operands
+from . import argument_rule, aten, lowers, overrides_meta, takes_host_operands
 from .asserts import check_index, device_assert
 
 
@@ -161,6 +161,13 @@ def index_add(self, dim, index, source, *, alpha=1):
     return _scatter_into(x.at[_dim_key(x.ndim, dim, _as_1d(index))], "add", source, x.dtype).reshape(self.shape)
 
 
+@argument_rule(aten.index_add.default, aten.index_add_.default, aten.index_add.out)
+def _index_add_dtypes(self, dim, index, source, *, alpha=1, out=None):
+    if self.dtype != source.dtype:
+        raise RuntimeError(f"index_add_(): self ({scalar_type_name(self.dtype)}) and source "
+                           f"({scalar_type_name(source.dtype)}) must have the same scalar type")
+
+
 @lowers(aten.index_copy.default, checks=True)
 def index_copy(self, dim, index, source):
     check_index(index, _size(self, dim))
@@ -169,20 +176,11 @@ def index_copy(self, dim, index, source):
     return x.at[_dim_key(x.ndim, dim, _as_1d(index))].set(source, mode="drop").reshape(self.shape)
 
 
+@argument_rule(aten.index_copy.default, aten.index_copy_.default, aten.index_copy.out)
 def _index_copy_dtypes(self, dim, index, source, *, out=None):
     if self.dtype != source.dtype:  # (CPU's check; PyTorch's meta kernel casts)
         raise RuntimeError(f"index_copy_(): self and source expected to have the same dtype, but got (self) "
                            f"{scalar_type_name(self.dtype)} and (source) {scalar_type_name(source.dtype)}")
-
-
-def _index_add_dtypes(self, dim, index, source, *, alpha=1, out=None):
-    if self.dtype != source.dtype:
-        raise RuntimeError(f"index_add_(): self ({scalar_type_name(self.dtype)}) and source "
-                           f"({scalar_type_name(source.dtype)}) must have the same scalar type")
-
-
-refuses(_index_copy_dtypes, aten.index_copy.default, aten.index_copy_.default, aten.index_copy.out)
-refuses(_index_add_dtypes, aten.index_add.default, aten.index_add_.default, aten.index_add.out)
 
 
 @lowers(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor, checks=True)
