@@ -42,6 +42,19 @@ class OpRecord:
 
 
 RECORDS: dict[OpOverload, OpRecord] = {}
+    def __repr__(self) -> str:
+        known = ", ".join(f"{f.name}={_short(getattr(self, f.name))}" for f in dataclasses.fields(self)[1:]
+                          if _present(getattr(self, f.name)))
+        return f"OpRecord({self.op}: {known or 'nothing'})"
+
+
+def _short(value) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(_short(v) for v in value) + "]"
+    name = getattr(value, "__qualname__", None) or getattr(getattr(value, "fn", None), "__qualname__", None)
+    return name if name is not None else repr(value)
+
+
 
 
 def record(op: OpOverload) -> OpRecord:
