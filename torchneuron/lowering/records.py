@@ -41,7 +41,6 @@ class OpRecord:
     spmd: Callable | None = None  # a functional collective's value inside an SPMD (shard_map) program
 
 
-RECORDS: dict[OpOverload, OpRecord] = {}
     def __repr__(self) -> str:
         known = ", ".join(f"{f.name}={_short(getattr(self, f.name))}" for f in dataclasses.fields(self)[1:]
                           if _present(getattr(self, f.name)))
@@ -55,6 +54,7 @@ def _short(value) -> str:
     return name if name is not None else repr(value)
 
 
+RECORDS: dict[OpOverload, OpRecord] = {}
 
 
 def record(op: OpOverload) -> OpRecord:
