@@ -86,6 +86,10 @@ def _register() -> None:
     # a pipeline with no device runs on neuron; Trainer checkpoints keep neuron's random state
     huggingface.when_imported("transformers.pipelines.base", pipelines.on_pipelines_base)
     huggingface.when_imported("transformers.trainer", trainer_rng.on_trainer)
+    from .integrations import flex_attention
+
+    # PyTorch's flex_attention lets neuron tensors past its device list
+    huggingface.when_imported(flex_attention.MODULE, flex_attention.allow_neuron)
     from .eager import modes
 
     modes.install()  # fused eager cuts its segments where optimizer steps end

@@ -27,7 +27,7 @@ from ..lowering import LOWERINGS, asserts, calling, draws_random
 from ..runtime import deferred, device_asserts, devices, executables, generators, storages, transfer
 from ..runtime.dtypes import to_jax, to_torch
 from ..runtime.layout import Layout, contiguous_stride, read, write
-from . import buckets, collectives, segments, xla_collectives
+from . import buckets, collectives, higher_order, segments, xla_collectives
 
 log = logging.getLogger("torchneuron.compile")
 _stats = collections.Counter()
@@ -56,6 +56,7 @@ def _unsupported(gm: torch.fx.GraphModule) -> list[str]:
         if (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
                 and node.target not in LOWERINGS and node.target is not torch.ops.aten.sym_size.int):
             missing.add(str(node.target))
+    missing.update(higher_order.unsupported(gm))  # raises for a higher-order op we cannot run
     return sorted(missing)
 
 
@@ -202,6 +203,8 @@ class CompiledGraph:
                                  node.meta.get("val"))
         if target is torch.ops.aten.sym_size.int:  # a size read off an array: static while tracing
             return args[0].shape[args[1]]
+        if higher_order.is_higher_order(target):  # FlexAttention: its subgraphs through the table
+            return higher_order.run(node, args, kwargs)
         if not isinstance(target, torch._ops.OpOverload):
             return target(*args, **kwargs)  # size arithmetic on static ints (operator.mul)
         if target is torch.ops.aten.copy_.default and node.args[0].op == "placeholder":

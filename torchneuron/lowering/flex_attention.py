@@ -1,0 +1,135 @@
+"""Lowerings: FlexAttention (`torch.nn.attention.flex_attention`), its forward and backward.
+
+PyTorch's `flex_attention` is a higher-order op: besides query, key and value it takes a
+`score_mod(score, b, h, q_idx, kv_idx, *buffers)` that rewrites each score and a block mask whose
+`mask_mod(b, h, q_idx, kv_idx, *buffers)` says which scores count. Here both are JAX callables of
+0-d values (the compile driver builds them from the op's subgraphs through this same table); they
+are vectorised over (b, h, q, kv) with nested `jax.vmap`, as PyTorch's dense implementation does
+with `torch.vmap`, so any op the table lowers may appear in them.
+
+The block mask: its (partial) blocks are attended where `mask_mod` says so, its full blocks
+entirely, every other block not at all, as the fused kernels read it. XLA has no data-dependent
+loop bounds over blocks, so a block the mask leaves empty is masked exactly but still computed.
+
+The results follow the higher-order op: the output, the log-sum-exp and the row maxima of the
+modified scores in base 2 (`flex_attention` converts them back), computed in float32 (float64
+for float64 inputs); a row with every score masked gives a zero output and a log-sum-exp of -inf.
+The backward is the forward's `jax.vjp`: gradients for query, key, value and the score_mod's
+floating-point buffers.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+
+from . import aten, refused
+
+_LN2 = math.log(2)
+
+# Varlen attention (torch.nn.attention.varlen): its CPU kernel is FlashAttention's, CUDA-only.
+refused("neuron has no FlashAttention kernel (varlen attention over packed sequences); use "
+        "torch.nn.attention.flex_attention.flex_attention with a document mask (create_block_mask(..., "
+        "device='neuron')) or torch.nn.functional.scaled_dot_product_attention per sequence",
+        aten._flash_attention_forward, aten._flash_attention_backward)
+
+
+def _vmap_bhqkv(fn: Callable, scores: bool, n_buffers: int) -> Callable:
+    """`fn` over 0-d (score,) b, h, q, kv, vectorised to (B, H, L, S) by four nested vmaps; its
+    buffers are passed whole."""
+    lead = (0,) if scores else ()
+    buffers = (None,) * n_buffers
+    # innermost kv, then q, h, b (PyTorch's _vmap_for_bhqkv); scores carry every axis
+    for axes in ((None, None, None, 0), (None, None, 0, None), (None, 0, None, None), (0, None, None, None)):
+        fn = jax.vmap(fn, in_axes=lead + axes + buffers)
+    return fn
+
+
+def block_mask_dense(kv_num_blocks, kv_indices, q_len: int, kv_len: int, q_block: int, kv_block: int):
+    """(B, H, L, S) booleans: whether the blocks listed (the first `kv_num_blocks` of each row of
+    `kv_indices`) cover each (q, kv) position; B and H as the block mask has them (1 broadcasts)."""
+    if kv_num_blocks is None:
+        return None
+    n_kv_blocks = -(-kv_len // kv_block)
+    listed = jnp.arange(kv_indices.shape[-1]) < kv_num_blocks[..., None]
+    index = jnp.where(listed & (kv_indices < n_kv_blocks), kv_indices, n_kv_blocks)
+    live = jax.nn.one_hot(index, n_kv_blocks + 1, dtype=jnp.bool_).any(axis=-2)[..., :n_kv_blocks]
+    rows = jnp.arange(q_len) // q_block
+    cols = jnp.arange(kv_len) // kv_block
+    rows = jnp.minimum(rows, live.shape[-2] - 1)
+    return live[..., rows, :][..., cols]
+
+
+def _expand(x, batch: int, heads: int):
+    """Keys or values (Bkv, Hkv, S, D) as (B, Hq, S, D): each kv head repeated for the query heads
+    that read it (GQA), a single batch broadcast."""
+    x = jnp.repeat(x, heads // x.shape[1], axis=1) if x.shape[1] != heads else x
+    return jnp.broadcast_to(x, (batch,) + x.shape[1:])
+
+
+def _attend(query, key, value, score_mod, mask_mod, block, scale, score_buffers, mask_buffers):
+    """(out, natural log-sum-exp, row maxima) of FlexAttention; `block` = (kv_num_blocks,
+    kv_indices, full_kv_num_blocks, full_kv_indices, Q_BLOCK_SIZE, KV_BLOCK_SIZE)."""
+    batch, heads, q_len, _ = query.shape
+    key, value = _expand(key, batch, heads), _expand(value, batch, heads)
+    kv_len = key.shape[2]
+    work = jnp.float64 if query.dtype == jnp.float64 else jnp.float32
+    s = jnp.einsum("bhld,bhsd->bhls", query.astype(work), key.astype(work)) * scale
+    idx = [jnp.arange(n, dtype=jnp.int32) for n in (batch, heads, q_len, kv_len)]
+    s = _vmap_bhqkv(score_mod, True, len(score_buffers))(s, *idx, *score_buffers).astype(work)
+    allowed = _vmap_bhqkv(mask_mod, False, len(mask_buffers))(*idx, *mask_buffers)
+    kv_num, kv_indices, full_num, full_indices, q_block, kv_block = block
+    partial = block_mask_dense(kv_num, kv_indices, q_len, kv_len, q_block, kv_block)
+    if partial is not None:
+        full = block_mask_dense(full_num, full_indices, q_len, kv_len, q_block, kv_block)
+        allowed = allowed & partial
+        if full is not None:
+            allowed = allowed | full
+    s = jnp.where(jnp.broadcast_to(allowed, s.shape), s, -jnp.inf)
+    m = jnp.max(s, axis=-1)
+    safe_m = jnp.where(jnp.isfinite(m), m, 0.0)
+    e = jnp.exp(s - safe_m[..., None])
+    total = jnp.sum(e, axis=-1)
+    some = total > 0
+    p = e / jnp.where(some, total, 1.0)[..., None]  # zeros on a row with every score masked
+    lse = jnp.where(some, jnp.log(jnp.where(some, total, 1.0)) + safe_m, -jnp.inf)
+    out = jnp.einsum("bhls,bhsd->bhld", p.astype(query.dtype), value.astype(query.dtype))
+    return out, lse, m
+
+
+def flex_attention(query, key, value, score_mod: Callable, mask_mod: Callable, block: Sequence, scale: float,
+                   score_buffers: Sequence = (), mask_buffers: Sequence = ()):
+    """The higher-order op `flex_attention`'s results: (out, log-sum-exp / ln 2, max / ln 2).
+
+        out, lse, _ = flex_attention(q, k, v, lambda s, b, h, i, j: s, lambda b, h, i, j: i >= j,
+                                     (None,) * 4 + (128, 128), 0.125)
+    """
+    out, lse, m = _attend(query, key, value, score_mod, mask_mod, block, scale, score_buffers, mask_buffers)
+    return out, (lse / _LN2).astype(jnp.float32), (m / _LN2).astype(jnp.float32)
+
+
+def flex_attention_backward(query, key, value, grad_out, grad_logsumexp, score_mod: Callable, mask_mod: Callable,
+                            block: Sequence, scale: float, score_buffers: Sequence = (),
+                            mask_buffers: Sequence = ()):
+    """The higher-order op `flex_attention_backward`'s results: gradients of query, key, value and of
+    each score_mod buffer (None for one that is not floating point). `grad_logsumexp` is of the base-2
+    log-sum-exp the forward returned (None: zero)."""
+    differentiable = [i for i, b in enumerate(score_buffers) if jnp.issubdtype(b.dtype, jnp.floating)]
+
+    def forward(query, key, value, float_buffers):
+        buffers = list(score_buffers)
+        for i, b in zip(differentiable, float_buffers):
+            buffers[i] = b
+        out, lse, _ = _attend(query, key, value, score_mod, mask_mod, block, scale, buffers, mask_buffers)
+        return out, (lse / _LN2).astype(jnp.float32)
+
+    (out, lse), vjp = jax.vjp(forward, query, key, value, [score_buffers[i] for i in differentiable])
+    grad_lse = jnp.zeros_like(lse) if grad_logsumexp is None else grad_logsumexp.astype(lse.dtype)
+    grad_lse = jnp.where(jnp.isfinite(lse), grad_lse, 0.0)
+    grad_q, grad_k, grad_v, grad_buffers = vjp((grad_out.astype(out.dtype), grad_lse))
+    grads: list = [None] * len(score_buffers)
+    for i, g in zip(differentiable, grad_buffers):
+        grads[i] = g
+    return grad_q, grad_k, grad_v, tuple(grads)
