@@ -16,7 +16,7 @@ from . import config
 from .runtime import devices  # configures JAX before anything else touches it
 
 __all__ = ["ENVIRONMENT", "cache_stats", "capture", "eager_mode", "eager_stats", "fallback_stats", "jax_op",
-           "set_cache_limit"]
+           "set_cache_limit", "stats"]
 ENVIRONMENT = config.ENVIRONMENT
 _registered = False
 
@@ -101,6 +101,7 @@ def _register() -> None:
 _register()
 
 from .custom_ops import jax_op
+from .counters import stats
 from .eager.fallback import fallback_stats
 from .eager.modes import eager_mode, eager_stats
 from .graphs import capture

@@ -245,7 +245,7 @@ def test_a_backward_run_op_by_op_gets_its_saved_tensors_at_their_traced_strides(
 
     monkeypatch.setattr(backend, "_unsupported", backward_lacks_an_op)
     # (the count goes back afterwards: other tests assert that no real graph ran op by op)
-    monkeypatch.setitem(backend._stats, "eager_graphs", backend._stats.get("eager_graphs", 0))
+    monkeypatch.setitem(backend.STATS, "eager_graphs", backend.STATS.get("eager_graphs", 0))
 
     def attention(x, w):
         q = (x @ w).view(2, 8, 4, 16)

@@ -30,7 +30,7 @@ from ..runtime.layout import Layout, contiguous_stride, read, write
 from . import buckets, collectives, higher_order, segments, xla_collectives
 
 log = logging.getLogger("torchneuron.compile")
-_stats = collections.Counter()
+STATS = collections.Counter()
 _reasons: list[str] = []
 _lock = threading.Lock()
 
@@ -47,7 +47,7 @@ _RUN_WITH_RNG_STATE = torch.ops.higher_order.run_with_rng_state
 def compile_stats() -> dict:
     """Counts of graphs compiled, executable compiles, cache hits, eager-run graphs, and the reason
     for every recompilation."""
-    return {**_stats, "recompile_reasons": list(_reasons)}
+    return {**STATS, "recompile_reasons": list(_reasons)}
 
 
 def _unsupported(gm: torch.fx.GraphModule) -> list[str]:
@@ -100,10 +100,10 @@ class CompiledGraph:
         self._adapted_shapes: dict = {}  # adapter key -> {index: shape of its flattened result}
         self._spec_ids: dict = {}  # (input entries, device) -> spec id (the executable's static argument)
         self._specs: list[_CallSpec] = []
-        _stats["graphs"] += 1
+        STATS["graphs"] += 1
 
     def _run_graph(self, arrays, statics, rng, true_sizes=None, failure=None):
-        _stats["compiles"] += 1  # runs only while JAX traces: once per new input signature
+        STATS["compiles"] += 1  # runs only while JAX traces: once per new input signature
         inputs, arrays, statics = [], list(arrays), list(statics)
         for is_array in self.array_mask:
             inputs.append(arrays.pop(0) if is_array else statics.pop(0))
@@ -114,7 +114,7 @@ class CompiledGraph:
         it reads (or which host array, or its static value); returns the outputs flat, the new
         buffers of the donated (mutated) storages, and the new values of mutated host inputs.
         `offsets` holds, in input order, the storage offsets the spec leaves to the call."""
-        _stats["compiles"] += 1
+        STATS["compiles"] += 1
         spec = self._specs[spec_id]
         entries, donated_groups, kept_groups = spec.entries, spec.donated_groups, spec.kept_groups
         buffers = dict(zip(donated_groups, donated)) | dict(zip(kept_groups, kept))
@@ -257,16 +257,16 @@ class CompiledGraph:
         self.array_mask = tuple(_is_array(a) for a in arrays)
         statics = tuple(a for a in arrays if not _is_array(a))
         true_sizes = None if true is None else np.array(list(true.values()), np.int64)
-        compiles = _stats["compiles"]
+        compiles = STATS["compiles"]
         failure = device_asserts.word(device.index) if self.checked else None
         outputs, mutated, failure = self._function_of_statics(statics)(
             [a for a in arrays if _is_array(a)], rng, true_sizes, failure)
         if self.checked:
             device_asserts.update(device.index, failure)
-        if _stats["compiles"] != compiles:
+        if STATS["compiles"] != compiles:
             self._note_compile(arrays)
         else:
-            _stats["cache_hits"] += 1
+            STATS["cache_hits"] += 1
         for index, new in zip(self.mutated_inputs, mutated):
             target = inputs[index]
             if target.device.type != "neuron":  # a host input, e.g. the optimizer's step counts
@@ -334,16 +334,16 @@ class CompiledGraph:
         if self.random_nodes:
             seed, offset = generators.next_seed_and_offset(device, None)
             rng = (np.uint64(seed), np.uint64(offset))
-        compiles = _stats["compiles"]
+        compiles = STATS["compiles"]
         host_arrays = {name: transfer.cpu_numpy(torch.cat([t.detach().reshape(-1) for t in same]))
                        for name, same in host.items()}  # numpy: jit moves it with the call
         flat, new_buffers, host_new, failure = self._function_of_spec(spec_id, device.index)(
             [buffers[g] for g in spec.donated_groups], [buffers[g] for g in spec.kept_groups], host_arrays,
             np.array(offsets, np.int64) if offsets else None, rng, device_asserts.word(device.index) if self.checked else None)
-        if _stats["compiles"] != compiles:
+        if STATS["compiles"] != compiles:
             self._note_compile([(e[2], e[3]) if e[0] == _BUFFER else e[1] for e in entries])
         else:
-            _stats["cache_hits"] += 1
+            STATS["cache_hits"] += 1
         if storages.KEEP_RECENT:
             storages.keep_recent(flat)
         if self.checked:
@@ -603,18 +603,18 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str = "graph")
                 op for op in _unsupported(gm) if not op.startswith("_c10d_functional.")]:
             spmd = xla_collectives.compile_graph(gm, name, CompiledGraph)
             if spmd is not None:  # one XLA program per rank, the collectives inside
-                _stats["spmd_graphs"] += 1
+                STATS["spmd_graphs"] += 1
                 return spmd
         # Collectives run between compiled segments, issued early and waited for late.
         segmented = segments.SegmentedGraph(gm, name, lambda module, part: compile_graph(module, None, part))
-        _stats["segmented_graphs"] += 1
-        _stats["graph_collectives"] += segmented.collectives
-        _stats["collective_buckets"] += segmented.buckets
+        STATS["segmented_graphs"] += 1
+        STATS["graph_collectives"] += segmented.collectives
+        STATS["collective_buckets"] += segmented.buckets
         return segmented
     missing = _unsupported(gm)
     if missing:
         # Run the graph as eager neuron ops: slower, never on CPU.
-        _stats["eager_graphs"] += 1
+        STATS["eager_graphs"] += 1
         log.warning("neuron compile: %s has ops without lowerings (%s); running it eagerly on neuron",
                     name, ", ".join(missing))
         return _eager_graph(gm, example_inputs)

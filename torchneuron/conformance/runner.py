@@ -28,7 +28,7 @@ def full_name(op) -> str:
 def _fallback_counts() -> dict[str, int]:
     from torchneuron.eager import fallback
 
-    return dict(fallback.counts)
+    return dict(fallback.STATS)
 
 
 class _Mover:

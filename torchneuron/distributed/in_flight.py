@@ -26,18 +26,18 @@ from ..runtime import transfer
 _REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "product": dist.ReduceOp.PRODUCT,
                "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}
 _worker_thread = threading.local()  # .group: the group whose worker this thread is
-_stats = collections.Counter()
+STATS = collections.Counter()
 
 
 def stats() -> dict:
     """Issued collectives: how many, the seconds their jobs took on the workers (device read,
     transport, checks), and the seconds callers were blocked waiting for them. 1 - waited / busy
     is the share of collective time hidden behind the caller's compute."""
-    return dict(_stats)
+    return dict(STATS)
 
 
 def reset_stats() -> None:
-    _stats.clear()
+    STATS.clear()
 
 
 def reduce_op(name: str):
@@ -90,7 +90,7 @@ class Issued:
         if self.results is None:
             started = time.perf_counter()
             hosts = self.future.result()
-            _stats["waited_s"] += time.perf_counter() - started
+            STATS["waited_s"] += time.perf_counter() - started
             self.results = [_to_device(h, self.device) for h in hosts]
         return self.results
 
@@ -188,8 +188,8 @@ def issue(group, name: str, inputs: list[torch.Tensor], *arguments) -> Issued:
         try:
             return run(group, _staged(values, dtypes), *arguments)
         finally:
-            _stats["busy_s"] += time.perf_counter() - started
+            STATS["busy_s"] += time.perf_counter() - started
 
-    _stats["issued"] += 1
+    STATS["issued"] += 1
     future = group.in_flight.submit(job)
     return Issued(future, inputs[0].device)

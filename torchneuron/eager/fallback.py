@@ -20,7 +20,7 @@ from .schema import parse
 # Decompositions into Core ATen only: torch._refs entries end in prims that call back into aten.
 DECOMPOSITIONS = core_aten_decompositions()
 _active = threading.local()
-counts: collections.Counter = collections.Counter()
+STATS: collections.Counter = collections.Counter()
 decomposed: collections.Counter = collections.Counter()
 
 
@@ -30,7 +30,7 @@ class FallbackError(NotImplementedError):
 
 def fallback_stats() -> dict[str, int]:
     """How many times each op without a lowering ran on CPU."""
-    return dict(counts)
+    return dict(STATS)
 
 
 def dispatch(op, *args, **kwargs):
@@ -80,10 +80,10 @@ def _run_on_cpu(op, schema, args, kwargs):
     if config.FALLBACK == "error":
         raise FallbackError(
             f"neuron has no lowering for {name} and TORCHNEURON_FALLBACK=error forbids running it on CPU")
-    if name not in counts:
+    if name not in STATS:
         warnings.warn(f"neuron: {name} has no lowering; running it on CPU (counted in "
                       f"torchneuron.fallback_stats())", stacklevel=3)
-    counts[name] += 1
+    STATS[name] += 1
     device = next((a.device for a in _tensors(args, kwargs) if a.device.type == "neuron"),
                   torch.device("neuron", torch.neuron.current_device()))
     originals = {}

@@ -29,6 +29,11 @@ from . import deferred, device_asserts, devices, executables, generators, storag
 STATS = collections.Counter()  # captures, replays
 
 
+def stats() -> dict:
+    """Graphs captured, and replays of captured graphs."""
+    return {"captures": STATS["captures"], "replays": STATS["replays"]}
+
+
 CaptureError = deferred.CaptureError
 
 

@@ -196,7 +196,7 @@ def _compare_grads(cpu: dict, neuron_model) -> str:
 
 def main(model_type: str, path: str, compiled: bool = False, task: str = "causal-lm") -> None:
     import torchneuron  # noqa: F401 (registers the device)
-    from torchneuron.eager.fallback import counts
+    from torchneuron.eager import fallback
 
     spec = TASKS[task]
     rec = Recorder(model_type, path, spec)
@@ -239,7 +239,7 @@ def main(model_type: str, path: str, compiled: bool = False, task: str = "causal
         rec.result["traceback"] = traceback.format_exc()[-4000:]
         rec.stage(stage, False, _reason(exc), time.perf_counter() - t0)
     finally:
-        rec.result["fallback_ops"] = {str(k): v for k, v in counts.items()}
+        rec.result["fallback_ops"] = {str(k): v for k, v in fallback.STATS.items()}
         rec.save()
 
 
