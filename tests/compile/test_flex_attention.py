@@ -3,6 +3,7 @@ eager (PyTorch's dense implementation as neuron ops) and compiled (the higher-or
 lowering/flex_attention.py), forward and backward against CPU's flex_attention."""
 from unittest import mock
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.attention.flex_attention as fa
@@ -112,3 +113,38 @@ def test_varlen_flash_attention_names_neuron():
     offsets = torch.tensor([0, 3, 8], dtype=torch.int32, device="neuron")
     with pytest.raises(NotImplementedError, match="_flash_attention_forward is not supported on neuron"):
         torch.ops.aten._flash_attention_forward(q, q, q, offsets, offsets, 5, 5, 0.0, False, False)
+
+
+@pytest.mark.parametrize("q_len, kv_len, per_batch", [(64, 64, False), (50, 70, True)])
+def test_block_sparse_path_matches_dense(q_len, kv_len, per_batch):
+    """The compiled forward's loop over listed blocks (lengths not a multiple of the block size, a
+    mask per batch and head) against the dense computation of the same block mask."""
+    import jax.numpy as jnp
+
+    from torchneuron.lowering import flex_attention as lowering
+
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (jnp.asarray(torch.randn(2, 4, n, 8, generator=g).numpy()) for n in (q_len, kv_len, kv_len))
+    documents = torch.randint(0, 3, (2, max(q_len, kv_len)), generator=g).sort().values
+
+    def same_document(b, h, i, j):
+        return (documents[b, i] == documents[b, j]) & (i >= j - h)
+
+    block_mask = create_block_mask(same_document, 2 if per_batch else 1, 4 if per_batch else 1, q_len, kv_len,
+                                   device="cpu", BLOCK_SIZE=16)
+    tensors = [None if t is None else jnp.asarray(t.numpy()) for t in block_mask.as_tuple()[2:6]]
+    block = (*tensors, 16, 16)
+    jax_documents = jnp.asarray(documents.numpy())
+
+    def mask_mod(b, h, i, j):
+        return (jax_documents[b, i] == jax_documents[b, j]) & (i >= j - h)
+
+    def score_mod(s, b, h, i, j):
+        return s + 0.1 * (i - j) * (h + 1)
+
+    assert lowering._block_sparse(q, k, block)
+    dense = lowering._attend(q, k, v, score_mod, mask_mod, block, 0.3, (), ())
+    sparse = lowering._attend_blocks(q, k, v, score_mod, mask_mod, block, 0.3, (), ())
+    for a, b in zip(sparse, dense):
+        torch.testing.assert_close(torch.from_numpy(np.asarray(a)), torch.from_numpy(np.asarray(b)), atol=1e-5,
+                                   rtol=1e-5)

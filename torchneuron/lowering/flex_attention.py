@@ -106,8 +106,88 @@ def flex_attention(query, key, value, score_mod: Callable, mask_mod: Callable, b
         out, lse, _ = flex_attention(q, k, v, lambda s, b, h, i, j: s, lambda b, h, i, j: i >= j,
                                      (None,) * 4 + (128, 128), 0.125)
     """
-    out, lse, m = _attend(query, key, value, score_mod, mask_mod, block, scale, score_buffers, mask_buffers)
+    attend = _attend_blocks if _block_sparse(query, key, block) else _attend
+    out, lse, m = attend(query, key, value, score_mod, mask_mod, block, scale, score_buffers, mask_buffers)
     return out, (lse / _LN2).astype(jnp.float32), (m / _LN2).astype(jnp.float32)
+
+
+def _block_sparse(query, key, block) -> bool:
+    """Whether the block mask lists more than one block per row to choose from (PyTorch's mask for
+    "no block mask" is one block covering everything) and fits the query's batch and heads."""
+    kv_num, kv_indices, _, _, q_block, kv_block = block
+    if kv_num is None or kv_num.ndim != 3:
+        return False
+    fits = all(m in (1, n) for m, n in zip(kv_num.shape[:2], query.shape[:2]))
+    return fits and -(-key.shape[2] // kv_block) > 1 and kv_indices.shape[2] == -(-query.shape[2] // q_block)
+
+
+def _attend_blocks(query, key, value, score_mod, mask_mod, block, scale, score_buffers, mask_buffers):
+    """`_attend` visiting only the blocks the block mask lists: one row of query blocks at a time
+    (`lax.map`), and in each a loop over its listed key/value blocks whose trip count is the row's
+    block count (`lax.while_loop`), with an online softmax; an empty block costs nothing."""
+    kv_num, kv_indices, full_num, full_indices, q_block, kv_block = block
+    batch, heads, q_len, _ = query.shape
+    key, value = _expand(key, batch, heads), _expand(value, batch, heads)
+    kv_len, v_dim = key.shape[2], value.shape[3]
+    work = jnp.float64 if query.dtype == jnp.float64 else jnp.float32
+    n_q, n_kv = -(-q_len // q_block), -(-kv_len // kv_block)
+    mask_batch, mask_heads = kv_num.shape[:2]
+    group_b, group_h = batch // mask_batch, heads // mask_heads
+
+    def blocked(x, n, size):  # (B, H, n * size, D) as (Bm, Bg, Hm, Hg, n, size, D), zero padded
+        x = jnp.pad(x, ((0, 0), (0, 0), (0, n * size - x.shape[2]), (0, 0)))
+        return x.reshape(mask_batch, group_b, mask_heads, group_h, n, size, x.shape[-1])
+
+    qs, ks, vs = blocked(query.astype(work), n_q, q_block), blocked(key.astype(work), n_kv, kv_block), \
+        blocked(value.astype(work), n_kv, kv_block)
+    if full_num is None:
+        full_num, full_indices = jnp.zeros_like(kv_num), jnp.zeros_like(kv_indices)
+    score_mod = _vmap_bhqkv(score_mod, True, len(score_buffers))
+    mask_mod = _vmap_bhqkv(mask_mod, False, len(mask_buffers))
+
+    def row(where):
+        bm, hm, qb = where
+        q = qs[bm, :, hm, :, qb]  # (Bg, Hg, QB, D)
+        b_idx = bm * group_b + jnp.arange(group_b, dtype=jnp.int32)
+        h_idx = hm * group_h + jnp.arange(group_h, dtype=jnp.int32)
+        q_idx = qb * q_block + jnp.arange(q_block, dtype=jnp.int32)
+        partial, full = kv_num[bm, hm, qb], full_num[bm, hm, qb]
+
+        def step(carry):
+            j, m, total, acc = carry
+            is_partial = j < partial
+            kb = jnp.where(is_partial, kv_indices[bm, hm, qb, jnp.minimum(j, kv_indices.shape[-1] - 1)],
+                           full_indices[bm, hm, qb, jnp.clip(j - partial, 0, full_indices.shape[-1] - 1)])
+            kv_idx = kb * kv_block + jnp.arange(kv_block, dtype=jnp.int32)
+            s = jnp.einsum("bhld,bhsd->bhls", q, ks[bm, :, hm, :, kb]) * scale
+            s = score_mod(s, b_idx, h_idx, q_idx, kv_idx, *score_buffers).astype(work)
+            allowed = jnp.where(is_partial, mask_mod(b_idx, h_idx, q_idx, kv_idx, *mask_buffers), True)
+            s = jnp.where(allowed & (kv_idx < kv_len), s, -jnp.inf)
+            new_m = jnp.maximum(m, jnp.max(s, axis=-1))
+            safe = jnp.where(jnp.isfinite(new_m), new_m, 0.0)
+            p = jnp.exp(s - safe[..., None])
+            correction = jnp.exp(m - safe)
+            acc = acc * correction[..., None] + jnp.einsum("bhls,bhsd->bhld", p, vs[bm, :, hm, :, kb])
+            return j + 1, new_m, total * correction + jnp.sum(p, axis=-1), acc
+
+        rows = (group_b, group_h, q_block)
+        start = (jnp.int32(0), jnp.full(rows, -jnp.inf, work), jnp.zeros(rows, work), jnp.zeros(rows + (v_dim,), work))
+        _, m, total, acc = jax.lax.while_loop(lambda c: c[0] < partial + full, step, start)
+        some = total > 0
+        out = acc / jnp.where(some, total, 1.0)[..., None]
+        lse = jnp.where(some, jnp.log(jnp.where(some, total, 1.0)) + jnp.where(jnp.isfinite(m), m, 0.0), -jnp.inf)
+        return out, lse, m
+
+    grid = jnp.meshgrid(*(jnp.arange(n, dtype=jnp.int32) for n in (mask_batch, mask_heads, n_q)), indexing="ij")
+    outs = jax.lax.map(row, tuple(g.reshape(-1) for g in grid))
+
+    def unblocked(x):  # (Bm * Hm * nQ, Bg, Hg, QB, ...) as (B, H, L, ...)
+        x = x.reshape((mask_batch, mask_heads, n_q, group_b, group_h, q_block) + x.shape[4:])
+        x = jnp.moveaxis(x, (3, 4), (1, 3)).reshape((batch, heads, n_q * q_block) + x.shape[6:])
+        return x[:, :, :q_len]
+
+    out, lse, m = (unblocked(x) for x in outs)
+    return out.astype(query.dtype), lse, m
 
 
 def flex_attention_backward(query, key, value, grad_out, grad_logsumexp, score_mod: Callable, mask_mod: Callable,
