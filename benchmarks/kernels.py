@@ -2,7 +2,10 @@
 
 - fused attention: the small GPT's forward (and forward + backward) with the fused SDPA lowering
   against the same model on PyTorch's math path (sdpa_kernel(SDPBackend.MATH));
-- a user RMSNorm written as one `torchneuron.jax_op` against the same expression in PyTorch ops.
+- a user RMSNorm written as one `torchneuron.jax_op` against the same expression in PyTorch ops;
+- FlexAttention with a causal BlockMask against SDPA with an explicit causal mask, both compiled
+  (`torch.compile(backend="neuron")`): the forward visits only the blocks the mask lists (36 of 64
+  here), the backward is dense.
 
     python benchmarks/kernels.py
 
@@ -94,9 +97,44 @@ def rms_norm_cases() -> dict:
             ("rms_norm forward+backward", "composed"): (forward_backward(composed_rms_norm), sync)}
 
 
+FLEX_SHAPE, FLEX_BLOCK = (1, 4, 1024, 32), 128  # (batch, heads, sequence, head dim), BlockMask's block
+
+
+def flex_attention_cases() -> dict:
+    """Causal attention of FLEX_SHAPE queries, keys and values, compiled: flex_attention with a causal
+    BlockMask, and SDPA with the same mask as an explicit boolean tensor; forward, forward+backward."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(FLEX_SHAPE, generator=g).to("neuron").requires_grad_() for _ in range(3))
+    length = FLEX_SHAPE[2]
+    block_mask = create_block_mask(lambda b, h, i, j: i >= j, 1, 1, length, length, device="neuron",
+                                   BLOCK_SIZE=FLEX_BLOCK)
+    mask = torch.ones(length, length, dtype=torch.bool).tril().to("neuron")
+    flex = torch.compile(lambda q, k, v: flex_attention(q, k, v, block_mask=block_mask), backend="neuron")
+    sdpa = torch.compile(lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+                         backend="neuron")
+    sync = sync_for("neuron")
+
+    def forward(fn):
+        def run():
+            with torch.no_grad():
+                return fn(q, k, v)
+        return run
+
+    def forward_backward(fn):
+        return lambda: fn(q, k, v).sum().backward()
+
+    return {("flex forward", "flex"): (forward(flex), sync),
+            ("flex forward", "sdpa"): (forward(sdpa), sync),
+            ("flex forward+backward", "flex"): (forward_backward(flex), sync),
+            ("flex forward+backward", "sdpa"): (forward_backward(sdpa), sync)}
+
+
 def main() -> None:
     with torchneuron.eager_mode("strict"):
-        best = interleaved_seconds_per_call({**cases(), **rms_norm_cases()}, repeat=10, rounds=7, warmup=WARMUP)
+        best = interleaved_seconds_per_call({**cases(), **rms_norm_cases(), **flex_attention_cases()}, repeat=10,
+                                            rounds=7, warmup=WARMUP)
     print(f"small GPT on neuron, eager, sequence {SEQUENCE}, batch {BATCH}: ms per call")
     print(f"{'':28}{'fused SDPA':>12}{'math path':>12}{'math / fused':>14}")
     for what in ("forward", "forward+backward"):
@@ -107,6 +145,11 @@ def main() -> None:
     for what in ("rms_norm forward", "rms_norm forward+backward"):
         op, composed = best[(what, "jax_op")] * 1e3, best[(what, "composed")] * 1e3
         print(f"{what:28}{op:12.3f}{composed:12.3f}{composed / op:14.2f}")
+    print(f"\ncausal attention {FLEX_SHAPE} on neuron, compiled: ms per call (BlockMask blocks of {FLEX_BLOCK})")
+    print(f"{'':28}{'flex':>12}{'SDPA+mask':>12}{'SDPA / flex':>14}")
+    for what in ("flex forward", "flex forward+backward"):
+        flex, sdpa = best[(what, "flex")] * 1e3, best[(what, "sdpa")] * 1e3
+        print(f"{what:28}{flex:12.3f}{sdpa:12.3f}{sdpa / flex:14.2f}")
 
 
 if __name__ == "__main__":

@@ -136,11 +136,11 @@ def run(node: torch.fx.Node, args: tuple, kwargs: dict):
         return flex.flex_attention(query, key, value, as_jax(score_mod), mask_mod, block, scale,
                                    tuple(score_buffers), tuple(mask_buffers))
     if node.target is FLEX_ATTENTION_BACKWARD:
-        (query, key, value, _, _, grad_out, grad_lse, score_mod, _, block, scale, _, score_buffers,
+        (query, key, value, out, lse, grad_out, grad_lse, score_mod, _, block, scale, _, score_buffers,
          mask_buffers) = _with_defaults(args, kwargs, 14)
         block, mask_mod = _block(block)
         grad_q, grad_k, grad_v, grads = flex.flex_attention_backward(
-            query, key, value, grad_out, grad_lse, as_jax(score_mod), mask_mod, block, scale,
+            query, key, value, out, lse, grad_out, grad_lse, as_jax(score_mod), mask_mod, block, scale,
             tuple(score_buffers), tuple(mask_buffers))
         meta = node.meta.get("val")
         wanted = meta[3] if meta is not None else grads

@@ -14,8 +14,8 @@ loop bounds over blocks, so a block the mask leaves empty is masked exactly but 
 The results follow the higher-order op: the output, the log-sum-exp and the row maxima of the
 modified scores in base 2 (`flex_attention` converts them back), computed in float32 (float64
 for float64 inputs); a row with every score masked gives a zero output and a log-sum-exp of -inf.
-The backward is the forward's `jax.vjp`: gradients for query, key, value and the score_mod's
-floating-point buffers.
+The backward is PyTorch's dense one: the weights again from the scores and the forward's
+log-sum-exp, the score_mod's gradient (scores and floating-point buffers) by `jax.vjp`.
 """
 from __future__ import annotations
 
@@ -69,6 +69,21 @@ def _expand(x, batch: int, heads: int):
     return jnp.broadcast_to(x, (batch,) + x.shape[1:])
 
 
+def _allowed(mask_mod, block, idx, mask_buffers):
+    """(B, H, L, S) booleans (B, H possibly 1): the scores that count, by the mask_mod in the block
+    mask's partial blocks, all of its full blocks, none elsewhere."""
+    allowed = _vmap_bhqkv(mask_mod, False, len(mask_buffers))(*idx, *mask_buffers)
+    kv_num, kv_indices, full_num, full_indices, q_block, kv_block = block
+    q_len, kv_len = len(idx[2]), len(idx[3])
+    partial = block_mask_dense(kv_num, kv_indices, q_len, kv_len, q_block, kv_block)
+    if partial is not None:
+        full = block_mask_dense(full_num, full_indices, q_len, kv_len, q_block, kv_block)
+        allowed = allowed & partial
+        if full is not None:
+            allowed = allowed | full
+    return allowed
+
+
 def _attend(query, key, value, score_mod, mask_mod, block, scale, score_buffers, mask_buffers):
     """(out, natural log-sum-exp, row maxima) of FlexAttention; `block` = (kv_num_blocks,
     kv_indices, full_kv_num_blocks, full_kv_indices, Q_BLOCK_SIZE, KV_BLOCK_SIZE)."""
@@ -79,15 +94,7 @@ def _attend(query, key, value, score_mod, mask_mod, block, scale, score_buffers,
     s = jnp.einsum("bhld,bhsd->bhls", query.astype(work), key.astype(work)) * scale
     idx = [jnp.arange(n, dtype=jnp.int32) for n in (batch, heads, q_len, kv_len)]
     s = _vmap_bhqkv(score_mod, True, len(score_buffers))(s, *idx, *score_buffers).astype(work)
-    allowed = _vmap_bhqkv(mask_mod, False, len(mask_buffers))(*idx, *mask_buffers)
-    kv_num, kv_indices, full_num, full_indices, q_block, kv_block = block
-    partial = block_mask_dense(kv_num, kv_indices, q_len, kv_len, q_block, kv_block)
-    if partial is not None:
-        full = block_mask_dense(full_num, full_indices, q_len, kv_len, q_block, kv_block)
-        allowed = allowed & partial
-        if full is not None:
-            allowed = allowed | full
-    s = jnp.where(jnp.broadcast_to(allowed, s.shape), s, -jnp.inf)
+    s = jnp.where(jnp.broadcast_to(_allowed(mask_mod, block, idx, mask_buffers), s.shape), s, -jnp.inf)
     m = jnp.max(s, axis=-1)
     safe_m = jnp.where(jnp.isfinite(m), m, 0.0)
     e = jnp.exp(s - safe_m[..., None])
@@ -190,26 +197,50 @@ def _attend_blocks(query, key, value, score_mod, mask_mod, block, scale, score_b
     return out.astype(query.dtype), lse, m
 
 
-def flex_attention_backward(query, key, value, grad_out, grad_logsumexp, score_mod: Callable, mask_mod: Callable,
-                            block: Sequence, scale: float, score_buffers: Sequence = (),
+def flex_attention_backward(query, key, value, out, logsumexp, grad_out, grad_logsumexp, score_mod: Callable,
+                            mask_mod: Callable, block: Sequence, scale: float, score_buffers: Sequence = (),
                             mask_buffers: Sequence = ()):
     """The higher-order op `flex_attention_backward`'s results: gradients of query, key, value and of
-    each score_mod buffer (None for one that is not floating point). `grad_logsumexp` is of the base-2
-    log-sum-exp the forward returned (None: zero)."""
+    each score_mod buffer (None for one that is not floating point), from the forward's output and
+    base-2 `logsumexp`; `grad_logsumexp` is of that log-sum-exp (None: zero). As PyTorch's dense
+    backward: the weights again from the scores and the log-sum-exp, the score_mod's own gradient
+    by `jax.vjp`."""
+    batch, heads, q_len, _ = query.shape
+    kv_batch, kv_heads = key.shape[:2]
+    work = jnp.float64 if query.dtype == jnp.float64 else jnp.float32
+    q = query.astype(work)
+    k, v = _expand(key, batch, heads).astype(work), _expand(value, batch, heads).astype(work)
+    idx = [jnp.arange(n, dtype=jnp.int32) for n in (batch, heads, q_len, k.shape[2])]
     differentiable = [i for i, b in enumerate(score_buffers) if jnp.issubdtype(b.dtype, jnp.floating)]
 
-    def forward(query, key, value, float_buffers):
+    def modified(raw, float_buffers):
         buffers = list(score_buffers)
         for i, b in zip(differentiable, float_buffers):
             buffers[i] = b
-        out, lse, _ = _attend(query, key, value, score_mod, mask_mod, block, scale, buffers, mask_buffers)
-        return out, (lse / _LN2).astype(jnp.float32)
+        return _vmap_bhqkv(score_mod, True, len(buffers))(raw, *idx, *buffers).astype(work)
 
-    (out, lse), vjp = jax.vjp(forward, query, key, value, [score_buffers[i] for i in differentiable])
-    grad_lse = jnp.zeros_like(lse) if grad_logsumexp is None else grad_logsumexp.astype(lse.dtype)
-    grad_lse = jnp.where(jnp.isfinite(lse), grad_lse, 0.0)
-    grad_q, grad_k, grad_v, grad_buffers = vjp((grad_out.astype(out.dtype), grad_lse))
+    raw = jnp.einsum("bhld,bhsd->bhls", q, k) * scale
+    scores, score_vjp = jax.vjp(modified, raw, [score_buffers[i] for i in differentiable])
+    allowed = jnp.broadcast_to(_allowed(mask_mod, block, idx, mask_buffers), scores.shape)
+    lse = logsumexp.astype(work) * _LN2
+    finite = jnp.isfinite(lse)
+    p = jnp.where(allowed & finite[..., None], jnp.exp(scores - jnp.where(finite, lse, 0.0)[..., None]), 0.0)
+    do = grad_out.astype(work)
+    grad_v = jnp.einsum("bhls,bhld->bhsd", p, do)
+    dp = jnp.einsum("bhld,bhsd->bhls", do, v)
+    row = jnp.sum(do * out.astype(work), axis=-1)
+    if grad_logsumexp is not None:  # of lse / ln 2
+        row = row - jnp.where(finite, grad_logsumexp.astype(work) / _LN2, 0.0)
+    grad_scores, grad_buffers = score_vjp(jnp.where(allowed, p * (dp - row[..., None]), 0.0))
+    grad_q = jnp.einsum("bhls,bhsd->bhld", grad_scores, k) * scale
+    grad_k = jnp.einsum("bhls,bhld->bhsd", grad_scores, q) * scale
+
+    def to_kv(g):  # per query head and batch -> per kv head (GQA) and kv batch (broadcast)
+        g = g.reshape((batch, kv_heads, heads // kv_heads) + g.shape[2:]).sum(2)
+        return g.sum(0, keepdims=True) if kv_batch != batch else g
+
     grads: list = [None] * len(score_buffers)
     for i, g in zip(differentiable, grad_buffers):
-        grads[i] = g
-    return grad_q, grad_k, grad_v, tuple(grads)
+        grads[i] = g.astype(score_buffers[i].dtype)
+    return (grad_q.astype(query.dtype), to_kv(grad_k).astype(key.dtype), to_kv(grad_v).astype(value.dtype),
+            tuple(grads))
