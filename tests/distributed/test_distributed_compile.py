@@ -34,14 +34,14 @@ def _full(t: torch.Tensor) -> torch.Tensor:
     return t.full_tensor() if isinstance(t, DTensor) else t
 
 
-def _parallel_step(plan, shard_input: bool, rank: int, device) -> None:
+def _parallel_step(plan, shard_input: bool, rank: int, device, wrap=lambda block: block) -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import parallelize_module
     mesh = init_device_mesh("neuron", (dist.get_world_size(),))
     torch.manual_seed(0)
     reference, block = NormMLP(), NormMLP()
     block.load_state_dict(reference.state_dict())
-    block = torch.compile(parallelize_module(block.to(device), mesh, plan), backend="neuron")
+    block = torch.compile(wrap(parallelize_module(block.to(device), mesh, plan)), backend="neuron")
     compiles = None
     for step in range(3):
         x = torch.randn(2, 6, 8)
@@ -71,6 +71,45 @@ def _tensor_parallel_worker(rank: int, device) -> None:
 
 def test_compiled_tensor_and_sequence_parallel():
     spawn(_tensor_parallel_worker)
+
+
+# torchtitan's selective activation checkpointing: matmuls and the collectives' results saved (the
+# reduce-scatter's still in flight when the forward graph returns it), the rest recomputed.
+_SAVED = {torch.ops.aten.mm.default, torch.ops._c10d_functional.reduce_scatter_tensor.default,
+          torch.ops._c10d_functional.all_reduce.default, torch.ops._c10d_functional.all_gather_into_tensor.default}
+
+
+def _save_policy(ctx, op, *args, **kwargs):
+    from torch.utils.checkpoint import CheckpointPolicy
+    return CheckpointPolicy.MUST_SAVE if op in _SAVED else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+class _SelectivelyCheckpointed(torch.nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        from functools import partial
+
+        from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
+        return checkpoint(self.inner, x, use_reentrant=False,
+                          context_fn=partial(create_selective_checkpoint_contexts, _save_policy))
+
+
+def _selective_checkpoint_worker(rank: int, device) -> None:
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel
+    _parallel_step({"norm": SequenceParallel(), "up": ColwiseParallel(input_layouts=Shard(1)),
+                    "down": RowwiseParallel(output_layouts=Shard(1))}, True, rank, device,
+                   wrap=_SelectivelyCheckpointed)
+    _no_eager_graphs()
+
+
+def test_compiled_sequence_parallel_with_selective_activation_checkpointing():
+    # a collective's result saved for the backward leaves the forward graph as a tensor, never as
+    # the placeholder of a transfer in flight (AOTAutograd: "tensors_saved_with_vc_check")
+    spawn(_selective_checkpoint_worker)
 
 
 def _simple_fsdp_train(kind: str, rank: int, device) -> None:

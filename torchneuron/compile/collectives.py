@@ -111,6 +111,17 @@ def wait(pending) -> torch.Tensor:
     return pending.wait()
 
 
+def settled(value):
+    """`value` as a graph may return it: a collective still in flight (a graph's output that its
+    backward waits on, as activation checkpointing saves it) waited for, so AOTAutograd only ever
+    receives tensors; the later `wait_tensor` of a tensor returns it."""
+    if isinstance(value, (_Part, _Ran)):
+        return value.wait()
+    if isinstance(value, list) and any(isinstance(v, (_Part, _Ran)) for v in value):
+        return [settled(v) for v in value]
+    return value
+
+
 def group_of(name_or_group):
     if isinstance(name_or_group, str):
         return torch._C._distributed_c10d._resolve_process_group(name_or_group)

@@ -223,4 +223,4 @@ class SegmentedGraph:
             step(env)
             for n in release:
                 del env[n]
-        return list(torch.fx.map_arg(self.output, env.__getitem__))
+        return [collectives.settled(v) for v in torch.fx.map_arg(self.output, env.__getitem__)]
