@@ -132,19 +132,26 @@ def test_block_sparse_path_matches_dense(q_len, kv_len, per_batch):
 
     block_mask = create_block_mask(same_document, 2 if per_batch else 1, 4 if per_batch else 1, q_len, kv_len,
                                    device="cpu", BLOCK_SIZE=16)
-    tensors = [None if t is None else jnp.asarray(t.numpy()) for t in block_mask.as_tuple()[2:6]]
-    block = (*tensors, 16, 16)
+    tensors = [None if t is None else jnp.asarray(t.numpy()) for t in block_mask.as_tuple()[2:10]]
+    block, q_lists = (*tensors[:4], 16, 16), tensors[4:]
     jax_documents = jnp.asarray(documents.numpy())
 
     def mask_mod(b, h, i, j):
         return (jax_documents[b, i] == jax_documents[b, j]) & (i >= j - h)
 
-    def score_mod(s, b, h, i, j):
-        return s + 0.1 * (i - j) * (h + 1)
+    bias = jnp.asarray(torch.randn(4, generator=g).numpy())
+
+    def score_mod(s, b, h, i, j, bias):
+        return s + 0.1 * (i - j) * bias[h]
 
     assert lowering._block_sparse(q, k, block)
-    dense = lowering._attend(q, k, v, score_mod, mask_mod, block, 0.3, (), ())
-    sparse = lowering._attend_blocks(q, k, v, score_mod, mask_mod, block, 0.3, (), ())
-    for a, b in zip(sparse, dense):
+    dense = lowering._attend(q, k, v, score_mod, mask_mod, block, 0.3, (bias,), ())
+    sparse = lowering._attend_blocks(q, k, v, score_mod, mask_mod, block, 0.3, (bias,), ())
+    out, lse, _ = lowering.flex_attention(q, k, v, score_mod, mask_mod, block, 0.3, (bias,))
+    grad_out = jnp.asarray(torch.randn(out.shape, generator=g).numpy())
+    grad_lse = jnp.asarray(torch.randn(lse.shape, generator=g).numpy())
+    backward = [lowering.flex_attention_backward(q, k, v, out, lse, grad_out, grad_lse, score_mod, mask_mod, block,
+                                                 0.3, (bias,), (), lists) for lists in (None, q_lists)]
+    for a, b in zip([*sparse, *backward[1][:3], *backward[1][3]], [*dense, *backward[0][:3], *backward[0][3]]):
         torch.testing.assert_close(torch.from_numpy(np.asarray(a)), torch.from_numpy(np.asarray(b)), atol=1e-5,
                                    rtol=1e-5)

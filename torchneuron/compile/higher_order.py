@@ -138,10 +138,11 @@ def run(node: torch.fx.Node, args: tuple, kwargs: dict):
     if node.target is FLEX_ATTENTION_BACKWARD:
         (query, key, value, out, lse, grad_out, grad_lse, score_mod, _, block, scale, _, score_buffers,
          mask_buffers) = _with_defaults(args, kwargs, 14)
+        q_lists = tuple(block[6:10])  # the BlockMask's q_num_blocks, q_indices, full_q_num_blocks, full_q_indices
         block, mask_mod = _block(block)
         grad_q, grad_k, grad_v, grads = flex.flex_attention_backward(
             query, key, value, out, lse, grad_out, grad_lse, as_jax(score_mod), mask_mod, block, scale,
-            tuple(score_buffers), tuple(mask_buffers))
+            tuple(score_buffers), tuple(mask_buffers), q_lists)
         meta = node.meta.get("val")
         wanted = meta[3] if meta is not None else grads
         grads = tuple(g if w is not None else None for g, w in zip(grads, wanted))

@@ -199,12 +199,17 @@ def _attend_blocks(query, key, value, score_mod, mask_mod, block, scale, score_b
 
 def flex_attention_backward(query, key, value, out, logsumexp, grad_out, grad_logsumexp, score_mod: Callable,
                             mask_mod: Callable, block: Sequence, scale: float, score_buffers: Sequence = (),
-                            mask_buffers: Sequence = ()):
+                            mask_buffers: Sequence = (), q_lists: Sequence | None = None):
     """The higher-order op `flex_attention_backward`'s results: gradients of query, key, value and of
     each score_mod buffer (None for one that is not floating point), from the forward's output and
     base-2 `logsumexp`; `grad_logsumexp` is of that log-sum-exp (None: zero). As PyTorch's dense
     backward: the weights again from the scores and the log-sum-exp, the score_mod's own gradient
-    by `jax.vjp`."""
+    by `jax.vjp`. With `q_lists` (the BlockMask's q_num_blocks, q_indices, full_q_num_blocks,
+    full_q_indices) only the listed blocks are visited (`_backward_blocks`)."""
+    if (q_lists is not None and q_lists[0] is not None and _block_sparse(query, key, block)
+            and q_lists[1].shape[2] == -(-key.shape[2] // block[5])):
+        return _backward_blocks(query, key, value, out, logsumexp, grad_out, grad_logsumexp, score_mod, mask_mod,
+                                block, q_lists, scale, score_buffers, mask_buffers)
     batch, heads, q_len, _ = query.shape
     kv_batch, kv_heads = key.shape[:2]
     work = jnp.float64 if query.dtype == jnp.float64 else jnp.float32
@@ -244,3 +249,130 @@ def flex_attention_backward(query, key, value, out, logsumexp, grad_out, grad_lo
         grads[i] = g.astype(score_buffers[i].dtype)
     return (grad_q.astype(query.dtype), to_kv(grad_k).astype(key.dtype), to_kv(grad_v).astype(value.dtype),
             tuple(grads))
+
+
+def _backward_blocks(query, key, value, out, logsumexp, grad_out, grad_logsumexp, score_mod, mask_mod, block,
+                     q_lists, scale, score_buffers, mask_buffers):
+    """`flex_attention_backward` visiting only the listed blocks, as the forward does: the query
+    gradient (and the score_mod buffers') one row of query blocks at a time over its listed key/value
+    blocks, the key and value gradients one column of key/value blocks at a time over the query blocks
+    the BlockMask lists for it (its q_indices): two loops, each tile's scores computed in both."""
+    kv_num, kv_indices, full_num, full_indices, q_block, kv_block = block
+    q_num, q_indices, full_q_num, full_q_indices = q_lists
+    batch, heads, q_len, _ = query.shape
+    kv_batch, kv_heads = key.shape[:2]
+    key_, value_ = _expand(key, batch, heads), _expand(value, batch, heads)
+    kv_len = key_.shape[2]
+    work = jnp.float64 if query.dtype == jnp.float64 else jnp.float32
+    n_q, n_kv = -(-q_len // q_block), -(-kv_len // kv_block)
+    mask_batch, mask_heads = kv_num.shape[:2]
+    group_b, group_h = batch // mask_batch, heads // mask_heads
+
+    def blocked(x, n, size):  # (B, H, n * size, ...) as (Bm, Bg, Hm, Hg, n, size, ...), zero padded
+        x = jnp.pad(x, ((0, 0), (0, 0), (0, n * size - x.shape[2])) + ((0, 0),) * (x.ndim - 3))
+        return x.reshape((mask_batch, group_b, mask_heads, group_h, n, size) + x.shape[3:])
+
+    lse = jnp.where(jnp.isfinite(logsumexp), logsumexp.astype(work) * _LN2, -jnp.inf)
+    do = grad_out.astype(work)
+    delta = jnp.sum(do * out.astype(work), axis=-1)
+    if grad_logsumexp is not None:  # of lse / ln 2
+        delta = delta - jnp.where(jnp.isfinite(lse), grad_logsumexp.astype(work) / _LN2, 0.0)
+    qs, dos = blocked(query.astype(work), n_q, q_block), blocked(do, n_q, q_block)
+    lses = blocked(jnp.pad(lse, ((0, 0), (0, 0), (0, n_q * q_block - q_len)), constant_values=-jnp.inf), n_q, q_block)
+    deltas = blocked(delta, n_q, q_block)
+    ks, vs = blocked(key_.astype(work), n_kv, kv_block), blocked(value_.astype(work), n_kv, kv_block)
+    differentiable = [i for i, b in enumerate(score_buffers) if jnp.issubdtype(b.dtype, jnp.floating)]
+    float_buffers = [score_buffers[i] for i in differentiable]
+    vmapped_score = _vmap_bhqkv(score_mod, True, len(score_buffers))
+    vmapped_mask = _vmap_bhqkv(mask_mod, False, len(mask_buffers))
+
+    def tile(bm, hm, qb, kb, is_partial):
+        """Weights, and gradients of the raw scores and of the float buffers, of one (q, kv) block."""
+        b_idx = bm * group_b + jnp.arange(group_b, dtype=jnp.int32)
+        h_idx = hm * group_h + jnp.arange(group_h, dtype=jnp.int32)
+        q_idx = qb * q_block + jnp.arange(q_block, dtype=jnp.int32)
+        kv_idx = kb * kv_block + jnp.arange(kv_block, dtype=jnp.int32)
+        q, k, v = qs[bm, :, hm, :, qb], ks[bm, :, hm, :, kb], vs[bm, :, hm, :, kb]
+
+        def modified(raw, floats):
+            buffers = list(score_buffers)
+            for i, f in zip(differentiable, floats):
+                buffers[i] = f
+            return vmapped_score(raw, b_idx, h_idx, q_idx, kv_idx, *buffers).astype(work)
+
+        scores, score_vjp = jax.vjp(modified, jnp.einsum("bhld,bhsd->bhls", q, k) * scale, float_buffers)
+        allowed = jnp.where(is_partial, vmapped_mask(b_idx, h_idx, q_idx, kv_idx, *mask_buffers), True)
+        row_lse = lses[bm, :, hm, :, qb]
+        finite = jnp.isfinite(row_lse)[..., None]
+        allowed = allowed & (kv_idx < kv_len) & finite
+        p = jnp.where(allowed, jnp.exp(scores - jnp.where(finite, row_lse[..., None], 0.0)), 0.0)
+        dp = jnp.einsum("bhld,bhsd->bhls", dos[bm, :, hm, :, qb], v)
+        grad_raw, grad_floats = score_vjp(jnp.where(allowed, p * (dp - deltas[bm, :, hm, :, qb][..., None]), 0.0))
+        return p, grad_raw, grad_floats
+
+    def listed(count, indices, full_count, full_indices, j):
+        """The j-th listed block of a row or column: its partial ones first, then its full ones."""
+        is_partial = j < count
+        partial_at = indices[jnp.minimum(j, indices.shape[-1] - 1)]
+        full_at = full_indices[jnp.clip(j - count, 0, full_indices.shape[-1] - 1)]
+        return jnp.where(is_partial, partial_at, full_at), is_partial
+
+    zero_full = (jnp.zeros_like(kv_num), jnp.zeros_like(kv_indices)) if full_num is None else (full_num, full_indices)
+    zero_full_q = (jnp.zeros_like(q_num), jnp.zeros_like(q_indices)) if full_q_num is None else (
+        full_q_num, full_q_indices)
+
+    def row(where):  # grad of one row of query blocks, and its part of the buffers' grads
+        bm, hm, qb = where
+        count, full = kv_num[bm, hm, qb], zero_full[0][bm, hm, qb]
+
+        def step(carry):
+            j, grad_q, grad_floats = carry
+            kb, is_partial = listed(count, kv_indices[bm, hm, qb], full, zero_full[1][bm, hm, qb], j)
+            _, grad_raw, floats = tile(bm, hm, qb, kb, is_partial)
+            grad_q = grad_q + jnp.einsum("bhls,bhsd->bhld", grad_raw, ks[bm, :, hm, :, kb]) * scale
+            return j + 1, grad_q, [a + b for a, b in zip(grad_floats, floats)]
+
+        start = (jnp.int32(0), jnp.zeros(qs.shape[1:2] + qs.shape[3:4] + qs.shape[5:], work),
+                 [jnp.zeros(f.shape, work) for f in float_buffers])
+        _, grad_q, grad_floats = jax.lax.while_loop(lambda c: c[0] < count + full, step, start)
+        return grad_q, grad_floats
+
+    def column(where):  # grads of one column of key/value blocks
+        bm, hm, kb = where
+        count, full = q_num[bm, hm, kb], zero_full_q[0][bm, hm, kb]
+
+        def step(carry):
+            j, grad_k, grad_v = carry
+            qb, is_partial = listed(count, q_indices[bm, hm, kb], full, zero_full_q[1][bm, hm, kb], j)
+            p, grad_raw, _ = tile(bm, hm, qb, kb, is_partial)
+            grad_v = grad_v + jnp.einsum("bhls,bhld->bhsd", p, dos[bm, :, hm, :, qb])
+            grad_k = grad_k + jnp.einsum("bhls,bhld->bhsd", grad_raw, qs[bm, :, hm, :, qb]) * scale
+            return j + 1, grad_k, grad_v
+
+        shape = ks.shape[1:2] + ks.shape[3:4] + ks.shape[5:]
+        start = (jnp.int32(0), jnp.zeros(shape, work), jnp.zeros(shape[:-1] + vs.shape[-1:], work))
+        _, grad_k, grad_v = jax.lax.while_loop(lambda c: c[0] < count + full, step, start)
+        return grad_k, grad_v
+
+    def grid(n):
+        axes = jnp.meshgrid(*(jnp.arange(m, dtype=jnp.int32) for m in (mask_batch, mask_heads, n)), indexing="ij")
+        return tuple(a.reshape(-1) for a in axes)
+
+    grad_q, grad_floats = jax.lax.map(row, grid(n_q))
+    grad_k, grad_v = jax.lax.map(column, grid(n_kv))
+
+    def unblocked(x, n, size, length):  # (Bm * Hm * n, Bg, Hg, size, D) as (B, H, length, D)
+        x = x.reshape((mask_batch, mask_heads, n, group_b, group_h, size) + x.shape[4:])
+        x = jnp.moveaxis(x, (3, 4), (1, 3)).reshape((batch, heads, n * size) + x.shape[6:])
+        return x[:, :, :length]
+
+    def to_kv(g):  # per query head and batch -> per kv head (GQA) and kv batch (broadcast)
+        g = g.reshape((batch, kv_heads, heads // kv_heads) + g.shape[2:]).sum(2)
+        return g.sum(0, keepdims=True) if kv_batch != batch else g
+
+    grads: list = [None] * len(score_buffers)
+    for i, g in zip(differentiable, grad_floats):
+        grads[i] = g.sum(0).astype(score_buffers[i].dtype)
+    return (unblocked(grad_q, n_q, q_block, q_len).astype(query.dtype),
+            to_kv(unblocked(grad_k, n_kv, kv_block, kv_len)).astype(key.dtype),
+            to_kv(unblocked(grad_v, n_kv, kv_block, kv_len)).astype(value.dtype), tuple(grads))
