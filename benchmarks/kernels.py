@@ -4,8 +4,8 @@
   against the same model on PyTorch's math path (sdpa_kernel(SDPBackend.MATH));
 - a user RMSNorm written as one `torchneuron.jax_op` against the same expression in PyTorch ops;
 - FlexAttention with a causal BlockMask against SDPA with an explicit causal mask, both compiled
-  (`torch.compile(backend="neuron")`): the forward visits only the blocks the mask lists (36 of 64
-  here), the backward is dense.
+  (`torch.compile(backend="neuron")`): forward and backward visit only the blocks the mask lists
+  (36 of 64 here).
 
     python benchmarks/kernels.py
 

@@ -8,14 +8,17 @@ are vectorised over (b, h, q, kv) with nested `jax.vmap`, as PyTorch's dense imp
 with `torch.vmap`, so any op the table lowers may appear in them.
 
 The block mask: its (partial) blocks are attended where `mask_mod` says so, its full blocks
-entirely, every other block not at all, as the fused kernels read it. XLA has no data-dependent
-loop bounds over blocks, so a block the mask leaves empty is masked exactly but still computed.
+entirely, every other block not at all, as the fused kernels read it. Where the mask has more than
+one block per row, forward and backward visit only the listed blocks: a `lax.while_loop` whose trip
+count is the row's (or, for the key and value gradients, the column's) block count, one row or
+column at a time (`lax.map`), so a block the mask leaves empty costs nothing. Otherwise (PyTorch's
+mask for "no block mask", one block over everything) the scores are computed whole and masked.
 
 The results follow the higher-order op: the output, the log-sum-exp and the row maxima of the
 modified scores in base 2 (`flex_attention` converts them back), computed in float32 (float64
 for float64 inputs); a row with every score masked gives a zero output and a log-sum-exp of -inf.
-The backward is PyTorch's dense one: the weights again from the scores and the forward's
-log-sum-exp, the score_mod's gradient (scores and floating-point buffers) by `jax.vjp`.
+The backward is PyTorch's formula: the weights again from the scores and the forward's
+log-sum-exp, the score_mod's gradient (scores and floating-point buffers) by `jax.vjp` per tile.
 """
 from __future__ import annotations
 
