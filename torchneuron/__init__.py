@@ -55,9 +55,10 @@ def _register() -> None:
     from .lowering import load_all
 
     load_all()
-    from . import amp
+    from . import amp, sparse  # (sparse: its refusals join the records before the kernels are registered)
 
     kernels.register_all()
+    sparse.install()  # sparse COO tensors: the SparsePrivateUse1 kernels, refusals of other layouts
     amp.install()
     __import__("torchneuron.profiler").profiler.install()
     distributed = __import__("torchneuron.distributed").distributed

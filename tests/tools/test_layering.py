@@ -32,6 +32,8 @@ ALLOWED = {
     "distributed": {"runtime", "config"},
     "device_module": {"runtime", "config"},
     "custom_ops": {"eager", "runtime", "lowering", "config"},
+    # sparse COO kernels: compositions of dense ops that dispatch, on the ops' records
+    "sparse": {"lowering", "config"},
     # other libraries' hooks: they reach the device through torch.neuron, and transformers' generate
     # records its decode steps through the graphs API at a bucket's size (integrations/generate.py)
     "integrations": {"graphs", "lowering", "config"},

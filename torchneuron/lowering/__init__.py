@@ -216,6 +216,20 @@ def redirected(kernel: Callable, *ops: torch._ops.OpOverload) -> None:
         record(op).redirect = kernel
 
 
+def sparse_kernel(*ops: torch._ops.OpOverload) -> Callable:
+    """Register `kernel` as the SparsePrivateUse1 kernel of each of `ops`: what the op does to sparse COO
+    neuron tensors, made of dense ops that dispatch (torchneuron/sparse/ registers it)."""
+
+    def register(kernel: Callable) -> Callable:
+        for op in ops:
+            if record(op).sparse is not None:
+                raise ValueError(f"{op} has two sparse kernels")
+            record(op).sparse = kernel
+        return kernel
+
+    return register
+
+
 _HALF = (jnp.float16, jnp.bfloat16)
 
 

@@ -5,9 +5,9 @@ the registration functions of this package: `lowers` (the JAX function and how d
 `overrides_meta`, `refuses` (argument and dtype rules CPU's kernel applies), `pads` (padding.py:
 how the op stays exact on padded operands), `sizes_from` (its results' sizes without the meta
 kernel), `takes_host_operands`, `runs_as`, `functional_of`, `refused` and `redirected` (eager's
-kernels), `autocasts` (autocast.py) and `collective` (collectives.py). The drivers (eager,
-compile, amp, conformance) read the record; none keeps a table keyed by op. docs/ADDING_AN_OP.md
-walks through one op.
+kernels), `sparse_kernel` (sparse COO kernels, torchneuron/sparse/), `autocasts` (autocast.py) and
+`collective` (collectives.py). The drivers (eager, compile, amp, conformance, sparse) read the
+record; none keeps a table keyed by op. docs/ADDING_AN_OP.md walks through one op.
 """
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ class OpRecord:
     out_from: OpOverload | None = None  # an out= overload filled from this functional's own kernel
     refused: str | None = None  # why neuron refuses the op, and what to use instead
     redirect: Callable | None = None  # a neuron kernel made of ops that dispatch
+    sparse: Callable | None = None  # the kernel for sparse COO neuron tensors, of dense ops that dispatch
     autocast: str | None = None  # "lower" | "fp32" | "promote": CUDA's autocast policy
     collective: object | None = None  # a functional collective's start (collectives.Collective)
     spmd: Callable | None = None  # a functional collective's value inside an SPMD (shard_map) program
