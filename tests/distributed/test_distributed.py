@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import subprocess
-import sys
 import time
 
 import pytest
@@ -16,7 +14,7 @@ import torch.nn.functional as F
 
 import torchneuron.distributed as tnd
 from torchneuron.testing.models import MODELS, batches, loss_of
-from torchneuron.testing.processes import free_port as _free_port
+from torchneuron.testing.processes import free_port, run_torchrun
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TIMEOUT = datetime.timedelta(seconds=60)
@@ -34,7 +32,7 @@ def _entry(rank: int, worker, world: int, timeout: datetime.timedelta, args) -> 
 
 
 def _env(world: int) -> dict:
-    return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "TORCHNEURON_CORES": str(max(world, 2)),
+    return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "TORCHNEURON_CORES": str(max(world, 2)),
                 "OMP_NUM_THREADS": "1"}
 
 
@@ -344,9 +342,6 @@ def test_mismatched_shapes_raise():
 # ------------------------------------------------------------------------------- torchrun
 @slow
 def test_torchrun_fsdp2_example():
-    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
-                          "--master-port", str(_free_port()), os.path.join(ROOT, "examples", "fsdp2_train.py"),
-                          "--steps", "3"], check=False, env=env, capture_output=True, text=True, timeout=240)
-    assert run.returncode == 0, run.stderr[-3000:]
+    run = run_torchrun(os.path.join(ROOT, "examples", "fsdp2_train.py"), "--steps", "3",
+                       env={"PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}, timeout=240)
     assert "step 2" in run.stdout

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import subprocess
-import sys
 import time
 
 import pytest
@@ -15,9 +13,10 @@ import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 
-from tests.distributed.test_distributed import ROOT, _close, _free_port, _full_batch_reference, slow, spawn
+from tests.distributed.test_distributed import ROOT, _close, _full_batch_reference, slow, spawn
 from torchneuron.compile.backend import compile_stats
 from torchneuron.testing.models import MODELS, NormMLP, batches, loss_of
+from torchneuron.testing.processes import free_port, run_torchrun
 
 pytestmark = slow  # spawned ranks compiling: about 20 s each
 
@@ -266,13 +265,8 @@ def test_mismatched_collectives_in_compiled_graphs_raise():
 
 def test_collectives_inside_the_xla_program_opt_in():
     # TORCHNEURON_XLA_COLLECTIVES=1: JAX's multi-process runtime, graphs as one program per rank
-    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", TORCHNEURON_XLA_COLLECTIVES="1",
-               TORCHNEURON_CORES="2")
-    port = _free_port()
-    env["TORCHNEURON_JAX_COORDINATOR"] = f"127.0.0.1:{_free_port()}"
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--master-port",
-                          str(port), os.path.join(ROOT, "tests", "distributed", "xla_collectives_job.py")],
-                         check=False, env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
+    env = {"PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1", "TORCHNEURON_XLA_COLLECTIVES": "1", "TORCHNEURON_CORES": "2",
+           "TORCHNEURON_JAX_COORDINATOR": f"127.0.0.1:{free_port()}"}
+    run = run_torchrun(os.path.join(ROOT, "tests", "distributed", "xla_collectives_job.py"), env=env)
     # (both ranks write to one pipe: their lines can interleave, "okok\n\n", so markers are counted as text)
     assert all(f"xla-collectives-rank-{rank}-ok" in run.stdout for rank in range(2)), run.stdout[-2000:]

@@ -1,8 +1,5 @@
 """Which thread runs backward: the calling one by default (TORCHNEURON_AUTOGRAD_THREADS=0), PyTorch's
 per-device worker where asked; gradients match CPU either way."""
-import os
-import subprocess
-import sys
 import threading
 
 import pytest
@@ -10,6 +7,7 @@ import torch
 import torch.utils.checkpoint
 
 import torchneuron  # noqa: F401
+from torchneuron.testing.processes import run_code
 
 
 def backward_thread_and_grad(device):
@@ -66,8 +64,5 @@ def test_environment_variable_keeps_device_threads():
             "w.register_hook(lambda g: seen.append(threading.get_ident()))\n"
             "(w * 2).sum().backward()\n"
             "print(seen[0] != threading.get_ident())\n")
-    env = {**os.environ, "TORCHNEURON_AUTOGRAD_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-c", code], check=False, env=env, capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
+    out = run_code(code, env={"TORCHNEURON_AUTOGRAD_THREADS": "1"})
     assert out.stdout.strip().splitlines()[-1] == "True"

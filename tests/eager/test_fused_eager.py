@@ -1,8 +1,6 @@
 """Fused eager (torchneuron.eager_mode("fused")): ops are recorded and run as one program when a value
 is needed; every result equals strict eager's, every flush has its reason."""
 import gc
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -11,7 +9,7 @@ import torch.nn.functional as F
 import torchneuron
 from torchneuron.runtime import deferred
 from torchneuron.testing.models import GPT, batches
-from torchneuron.testing.processes import runs_sharing_a_cache
+from torchneuron.testing.processes import run_code, runs_sharing_a_cache
 
 
 def _flushes():
@@ -286,16 +284,11 @@ def test_memory_after_many_fused_steps_equals_strict():
 @pytest.mark.parametrize("setting", [None, "fused", "strict"])
 def test_eager_mode_validates_and_is_set_by_the_environment(setting):
     """Fused by default; TORCHNEURON_EAGER names the mode; eager_mode refuses an unknown one."""
-    import os
     with pytest.raises(ValueError, match="expected one of"), torchneuron.eager_mode("lazy"):
         pass
     code = ("import torch, torchneuron; x = torch.ones(3, device='neuron') + 1; "
             "s = torchneuron.eager_stats(); print(s['mode'], s['pending_ops'], x.sum().item())")
-    env = {k: v for k, v in os.environ.items() if k != "TORCHNEURON_EAGER"}
-    if setting is not None:
-        env["TORCHNEURON_EAGER"] = setting
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120,
-                         env=env)
+    out = run_code(code, env={"TORCHNEURON_EAGER": setting}, timeout=120)  # (None: unset)
     mode, pending, total = out.stdout.split()
     assert mode == (setting or "fused") and float(total) == 6.0
     assert (int(pending) >= 1) == (mode == "fused")  # fused recorded the add; strict ran it
@@ -420,9 +413,9 @@ def _promote_after_compiles_stop(executables):
 def test_plans_that_ran_only_inside_segments_go_when_their_segments_go(monkeypatch):
     """A plan recorded in fused eager never compiles a program of its own, so the cache's eviction
     never reached it: each new shape kept a plan forever. It now goes once no cached segment runs it."""
-    from torchneuron.eager import buckets, driver
+    from torchneuron.eager import driver
     from torchneuron.runtime import executables
-    monkeypatch.setattr(buckets, "ENABLED", False)  # (exact sizes: a plan per length)
+    monkeypatch.setattr(torchneuron.config, "EAGER_BUCKETS", False)  # (exact sizes: a plan per length)
     limit = executables.CACHE.limit
     lengths = range(101, 141)
     try:

@@ -1,17 +1,13 @@
 """Module moves onto and off neuron keep their Parameter objects, as moves to CUDA do
 (torchneuron/module_moves.py): an optimizer built before the move trains, ties stay tied."""
 import copy
-import json
-import os
 import pathlib
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from torchneuron.testing.models import MLP
-from torchneuron.testing.processes import free_port
+from torchneuron.testing.processes import last_json, run_python, run_torchrun
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "accelerate_train.py"
 
@@ -132,14 +128,10 @@ def test_accelerate_prepare_with_the_optimizer_built_first_trains_as_on_cpu():
 
 
 def _example(*argv, processes=1):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCHNEURON_CORES": "2"}
-    launcher = [sys.executable] if processes == 1 else \
-        [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={processes}", "--master-port",
-         str(free_port())]
-    out = subprocess.run([*launcher, str(EXAMPLE), "--steps", "6", *argv], env=env, capture_output=True,
-                         text=True, timeout=300, check=False)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    env = {"OMP_NUM_THREADS": "1", "TORCHNEURON_CORES": "2"}
+    if processes == 1:
+        return last_json(run_python(EXAMPLE, "--steps", "6", *argv, env=env))
+    return last_json(run_torchrun(EXAMPLE, "--steps", "6", *argv, processes=processes, env=env))
 
 
 @pytest.mark.parametrize("processes", [1, pytest.param(2, marks=pytest.mark.slow)])

@@ -4,15 +4,13 @@ sampling loops (DDPM driving a UNet, flow-matching Euler driving SD3 and Flux tr
 CPU's latents. No op may fall back to CPU."""
 from __future__ import annotations
 
-import os
 import pathlib
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from torchneuron.compile import compile_stats
+from torchneuron.testing.processes import run_python
 
 diffusers = pytest.importorskip("diffusers")
 
@@ -186,11 +184,9 @@ def test_flow_match_euler_sampling_equals_cpu(kind):
 
 
 def test_train_tiny_diffusion_example():
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    run = subprocess.run([sys.executable, str(ROOT / "examples" / "train_tiny_diffusion.py"), "--steps", "3",
-                          "--log-every", "1", "--batch", "4", "--samples", "2", "--sample-steps", "2"],
-                         check=False, env=env, capture_output=True, text=True, timeout=240)
-    assert run.returncode == 0, run.stderr[-3000:]
+    env = {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    run = run_python(ROOT / "examples" / "train_tiny_diffusion.py", "--steps", "3", "--log-every", "1", "--batch", "4",
+                     "--samples", "2", "--sample-steps", "2", env=env, timeout=240)
     losses = [float(line.split()[-1]) for line in run.stdout.splitlines() if line.startswith("step ")]
     assert len(losses) == 3 and all(torch.isfinite(torch.tensor(losses))), run.stdout
     assert "sampled" in run.stdout

@@ -2,16 +2,14 @@
 setting, and a Trainer run on neuron (gradient accumulation, clipping) matches the same run on CPU."""
 import copy
 import json
-import os
 import pathlib
-import subprocess
 import sys
 
 import pytest
 import torch
 
 import torchneuron
-from torchneuron.testing.processes import free_port
+from torchneuron.testing.processes import last_json, run_code, run_torchrun
 
 transformers = pytest.importorskip("transformers")
 accelerate = pytest.importorskip("accelerate")
@@ -126,11 +124,7 @@ print(json.dumps({"steps_run": CountSteps.steps, "losses": [log["loss"] for log 
 
 def _run_in_subprocess(output_dir, resume="", dropout=0.0):
     tests = pathlib.Path(__file__).parent
-    env = {**os.environ, "PYTHONPATH": str(tests.parents[1])}
-    out = subprocess.run([sys.executable, "-c", _RUN, str(tests), str(output_dir), str(resume), str(dropout)], env=env,
-                         capture_output=True, text=True, timeout=300, check=False)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return last_json(run_code(_RUN, tests, output_dir, resume, dropout, env={"PYTHONPATH": str(tests.parents[1])}))
 
 
 def test_resume_from_checkpoint_continues_the_same_loss_curve(tmp_path):
@@ -177,12 +171,8 @@ with open(os.path.join(sys.argv[2], f"result-{rank}.json"), "w") as f:
 
 def _torchrun(output_dir, device):
     tests = pathlib.Path(__file__).parent
-    env = {**os.environ, "PYTHONPATH": str(tests.parents[1]), "OMP_NUM_THREADS": "1", "TORCHNEURON_CORES": "2"}
-    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--master-port",
-                          str(free_port()), "--no-python", sys.executable, "-c", _TORCHRUN,
-                          str(tests), str(output_dir), device], env=env, capture_output=True, text=True,
-                         timeout=400, check=False)
-    assert out.returncode == 0, out.stderr[-3000:]
+    env = {"PYTHONPATH": str(tests.parents[1]), "OMP_NUM_THREADS": "1", "TORCHNEURON_CORES": "2"}
+    run_torchrun("--no-python", sys.executable, "-c", _TORCHRUN, tests, output_dir, device, env=env, timeout=400)
     return {rank: json.loads((output_dir / f"result-{rank}.json").read_text()) for rank in (0, 1)}
 
 

@@ -1,14 +1,9 @@
 """The device itself: native tensors, several NeuronCores, the device module, streams, generators."""
-import json
-import os
-import subprocess
-import sys
-import textwrap
-
 import pytest
 import torch
 
 import torchneuron
+from torchneuron.testing.processes import last_json, run_code
 
 
 def test_tensors_are_native():
@@ -160,10 +155,7 @@ def test_synchronize_leaves_every_live_buffer_computed(asynchronous):
                           "value": z.item(), "expected": (ys[0].cpu() * 2).sum().item(),
                           "graph": ((w.cpu() - (ref := (ys[3].cpu() @ ys[3].cpu()).relu())).abs().max() / ref.abs().max()).item()}))
     """
-    run = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], check=False, capture_output=True, text=True,
-                         timeout=600, env={**os.environ, "TORCHNEURON_ASYNC_DISPATCH": asynchronous})
-    assert run.returncode == 0, run.stderr[-3000:]
-    result = json.loads(run.stdout.strip().splitlines()[-1])
+    result = last_json(run_code(code, timeout=600, env={"TORCHNEURON_ASYNC_DISPATCH": asynchronous}))
     assert result["asynchronous"] is (asynchronous == "1") and result["ready"] == [True, True]
     # (a sum of a million values of ~60: its rounding is ~0.02, whatever the sum comes to)
     assert result["value"] == pytest.approx(result["expected"], rel=1e-5, abs=1.0)

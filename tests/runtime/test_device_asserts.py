@@ -1,10 +1,7 @@
 """Device-side asserts: an index out of bounds raises, as on CUDA, a RuntimeError naming the op at
 the next synchronisation (at the op itself with TORCHNEURON_LAUNCH_BLOCKING=1), where CPU raises at
 the op; in-bounds indices (negative ones where PyTorch allows them) give CPU's results."""
-import os
 import pathlib
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -12,6 +9,7 @@ import torch.nn.functional as F
 
 import torchneuron
 from torchneuron.runtime.device_asserts import DeviceAssertError
+from torchneuron.testing.processes import run_code
 
 
 def _x(*shape):
@@ -124,8 +122,7 @@ except RuntimeError as e:
     ({"TORCHNEURON_DEVICE_ASSERTS": "0"}, "returned\nno error"),
 ])
 def test_settings(env, expected):
-    out = subprocess.run([sys.executable, "-c", _SCRIPT], env={**os.environ, **env}, capture_output=True,
-                         text=True, timeout=300, check=False, cwd=pathlib.Path(__file__).parents[2])
+    out = run_code(_SCRIPT, env=env, cwd=pathlib.Path(__file__).parents[2], ok=False)
     assert out.stdout.strip().startswith(expected), out.stdout + out.stderr
 
 
@@ -141,11 +138,9 @@ def test_a_second_process_with_a_warm_cache_names_the_failure(tmp_path):
               "x.gather(0, torch.tensor([4]).to('neuron')).cpu()\n")
     check = ("try:\n    x[i]; torch.neuron.synchronize()\nexcept RuntimeError as e:\n    print(e)\n"
              "print('untraced', torchneuron.cache_stats()['untraced_loads'])\n")
-    env = {**os.environ, "TORCHNEURON_CACHE_DIR": str(tmp_path)}
     untraced = []
     for code in (first, second):
-        out = subprocess.run([sys.executable, "-c", code + check], env=env, capture_output=True, text=True,
-                             timeout=120, check=False)
+        out = run_code(code + check, env={"TORCHNEURON_CACHE_DIR": str(tmp_path)}, timeout=120, ok=False)
         assert "aten.index.Tensor: index along dimension 0 out of bounds for size 5" in out.stdout, out.stdout + out.stderr[-2000:]
         untraced.append(int(out.stdout.split("untraced")[-1]))
     assert untraced[0] == 0 and untraced[1] >= 1

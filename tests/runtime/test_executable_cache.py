@@ -2,20 +2,18 @@
 disk shared by processes (issue 14, items 1, 2 and 6)."""
 from __future__ import annotations
 
-import json
 import os
 import pickle
 import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
 import torch
 
 import torchneuron
-from torchneuron.eager import buckets, driver
+from torchneuron.eager import driver
 from torchneuron.runtime import executables
+from torchneuron.testing.processes import last_json, run_code, start_code
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -30,16 +28,11 @@ def _strict_eager():
 
 
 def _environment(**env) -> dict:
-    return {**os.environ, "PYTHONPATH": ROOT, "TORCHNEURON_EAGER": "strict", **env}
+    return {"PYTHONPATH": ROOT, "TORCHNEURON_EAGER": "strict", **env}
 
 
 def _run(code: str, **env) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], check=False, capture_output=True,
-                          text=True, env=_environment(**env), timeout=600, cwd=ROOT)
-
-
-def _last_json(out: str) -> dict:
-    return json.loads(out.strip().splitlines()[-1])
+    return run_code(code, env=_environment(**env), timeout=600, cwd=ROOT, ok=False)
 
 
 def _cold_and_warm(code: str, cache_dir) -> tuple[dict, dict]:
@@ -48,14 +41,14 @@ def _cold_and_warm(code: str, cache_dir) -> tuple[dict, dict]:
     for _ in range(2):
         run = _run(code, TORCHNEURON_CACHE_DIR=str(cache_dir))
         assert run.returncode == 0, run.stderr[-3000:]
-        runs.append(_last_json(run.stdout))
+        runs.append(last_json(run.stdout))
     return runs[0], runs[1]
 
 
 def test_an_evicted_plan_compiles_again_and_gives_the_same_result(monkeypatch):
     # (exact plans: bucketed, the third call would run at the bucket the first two sizes make,
     # which also widens its input first)
-    monkeypatch.setattr(buckets, "ENABLED", False)
+    monkeypatch.setattr(torchneuron.config, "EAGER_BUCKETS", False)
     limit = executables.CACHE.limit
     op = torch.ops.aten.mul.Tensor
     try:
@@ -109,7 +102,7 @@ def test_memory_stays_within_the_bound_over_a_thousand_shapes():
     """, TORCHNEURON_CACHE_LIMIT="48M", TORCHNEURON_CACHE_DIR="0",
         TORCHNEURON_EAGER_BUCKETS="0")  # (bucketed, mul compiles once per power of two)
     assert result.returncode == 0, result.stderr[-3000:]
-    stats = _last_json(result.stdout)
+    stats = last_json(result.stdout)
     assert stats["misses"] >= 1000 and stats["evictions"] >= 900  # mul for every length
     assert stats["bytes"] <= 48 << 20 and stats["plans"] <= stats["entries"]
     # Unbounded, 800 lengths grew about 1.2 GB here; bounded, the cache's own bound plus the
@@ -182,7 +175,7 @@ def _prefetch_run(cache_dir, **env) -> dict:
     """_PREFETCH_PROGRAM's report from a process on `cache_dir`."""
     run = _run(_PREFETCH_PROGRAM, TORCHNEURON_CACHE_DIR=str(cache_dir), **env)
     assert run.returncode == 0, run.stderr[-3000:]
-    return _last_json(run.stdout)
+    return last_json(run.stdout)
 
 
 def test_a_warm_process_loads_ahead_the_programs_the_one_before_asked_for(tmp_path):
@@ -263,7 +256,7 @@ def test_a_program_loaded_from_disk_weighs_its_promotion_by_its_compile_time(tmp
     warm = _run(_WEIGHED_PROGRAM, TORCHNEURON_CACHE_DIR=str(tmp_path))
     for run in (cold, warm):
         assert run.returncode == 0, run.stderr[-3000:]
-    cold, warm = _last_json(cold.stdout), _last_json(warm.stdout)
+    cold, warm = last_json(cold.stdout), last_json(warm.stdout)
     assert cold["untraced"] == 0 and warm["untraced"] >= 1
     assert cold["weighed"] < 100 and warm["weighed"] == 123.0
 
@@ -286,7 +279,7 @@ def test_a_second_process_runs_linalg_programs_loaded_untraced(tmp_path):
     runs = [_run(_LINALG_PROGRAM, TORCHNEURON_CACHE_DIR=str(tmp_path)) for _ in range(2)]
     for run in runs:
         assert run.returncode == 0, run.stderr[-3000:]
-    cold, warm = (_last_json(run.stdout) for run in runs)
+    cold, warm = (last_json(run.stdout) for run in runs)
     assert cold["untraced"] == 0 and warm["untraced"] > 0
     torch.manual_seed(0)
     a = torch.randn(4, 4)
@@ -340,7 +333,7 @@ def test_a_second_process_reads_the_plans_the_first_built(tmp_path):
     cold, warm = _cold_and_warm(_PLANS_PROGRAM, tmp_path)
     cpu = _run(_PLANS_PROGRAM, DEVICE="cpu", TORCHNEURON_CACHE_DIR="0")
     assert cpu.returncode == 0, cpu.stderr[-3000:]
-    expected = _last_json(cpu.stdout)["results"]
+    expected = last_json(cpu.stdout)["results"]
     assert cold["loaded"] == 0 and cold["built"] > 10
     assert warm["built"] == 0 and warm["loaded"] == cold["built"]
     for run in (cold, warm):
@@ -369,7 +362,7 @@ def test_a_process_whose_first_plan_is_the_same_reads_the_others_from_one_bundle
     assert removed == cold["built"]
     run = _run(_PLANS_PROGRAM, TORCHNEURON_CACHE_DIR=str(tmp_path))
     assert run.returncode == 0, run.stderr[-3000:]
-    bundled = _last_json(run.stdout)
+    bundled = last_json(run.stdout)
     assert bundled["built"] == 0 and bundled["loaded"] == cold["built"]
     assert bundled["results"] == cold["results"]
 
@@ -381,9 +374,9 @@ def test_a_torn_stored_plan_is_built_again(tmp_path):
             entry.write_bytes(entry.read_bytes()[:7])
     run = _run(_PLANS_PROGRAM, TORCHNEURON_CACHE_DIR=str(tmp_path))
     assert run.returncode == 0, run.stderr[-3000:]
-    torn = _last_json(run.stdout)
+    torn = last_json(run.stdout)
     assert torn["loaded"] == 0 and torn["built"] > 10
-    cpu = _last_json(_run(_PLANS_PROGRAM, DEVICE="cpu", TORCHNEURON_CACHE_DIR="0").stdout)["results"]
+    cpu = last_json(_run(_PLANS_PROGRAM, DEVICE="cpu", TORCHNEURON_CACHE_DIR="0").stdout)["results"]
     for name, want in cpu.items():
         assert torn["results"][name]["stride"] == want["stride"], name
         torch.testing.assert_close(torch.tensor(torn["results"][name]["values"]), torch.tensor(want["values"]))
@@ -391,13 +384,12 @@ def test_a_torn_stored_plan_is_built_again(tmp_path):
 
 def test_concurrent_processes_share_one_cache_directory(tmp_path):
     env = _environment(TORCHNEURON_CACHE_DIR=str(tmp_path))
-    procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(_PROGRAM)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT) for _ in range(2)]
+    procs = [start_code(_PROGRAM, env=env, cwd=ROOT) for _ in range(2)]
     outputs = [p.communicate(timeout=600) for p in procs]
     assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outputs]
-    runs = [_last_json(out) for out, _ in outputs]
+    runs = [last_json(out) for out, _ in outputs]
     assert runs[0]["eager"] == runs[1]["eager"] and runs[0]["compiled"] == runs[1]["compiled"]
-    third = _last_json(_run(_PROGRAM, TORCHNEURON_CACHE_DIR=str(tmp_path)).stdout)
+    third = last_json(_run(_PROGRAM, TORCHNEURON_CACHE_DIR=str(tmp_path)).stdout)
     assert third["compiles"] == 0 and third["eager"] == runs[0]["eager"]
 
 
@@ -405,7 +397,7 @@ def test_concurrent_processes_share_one_cache_directory(tmp_path):
 def test_an_empty_or_zero_cache_dir_turns_the_cache_off(setting):
     run = _run(_PROGRAM, TORCHNEURON_CACHE_DIR=setting)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert _last_json(run.stdout)["cache"] is None and _last_json(run.stdout)["disk_hits"] == 0
+    assert last_json(run.stdout)["cache"] is None and last_json(run.stdout)["disk_hits"] == 0
 
 
 def test_an_unusable_cache_directory_warns_and_runs_uncached(tmp_path):
@@ -414,7 +406,7 @@ def test_an_unusable_cache_directory_warns_and_runs_uncached(tmp_path):
     run = _run(_PROGRAM, TORCHNEURON_CACHE_DIR=str(blocker / "cache"))
     assert run.returncode == 0, run.stderr[-3000:]
     assert "is not usable" in run.stderr and "compiling without a persistent cache" in run.stderr
-    result = _last_json(run.stdout)
+    result = last_json(run.stdout)
     assert result["cache"] is None and result["compiles"] > 0
     torch.manual_seed(0)
     x = torch.randn(6, 5)
@@ -436,7 +428,7 @@ def test_a_failing_cache_write_warns_once_and_turns_the_cache_off(tmp_path):
         print(json.dumps({"values": values, "warnings": ours, "cache": torchneuron.cache_stats()["persistent_cache"]}))
     """, TORCHNEURON_CACHE_DIR=str(tmp_path))
     assert run.returncode == 0, run.stderr[-3000:]
-    result = _last_json(run.stdout)
+    result = last_json(run.stdout)
     assert result["values"] == [3 * n * (n - 1) // 2 for n in range(3, 9)]
     assert len(result["warnings"]) == 1 and "No space left" in result["warnings"][0]
     assert result["cache"] is None
@@ -592,7 +584,7 @@ def test_a_second_process_reads_the_code_version_and_an_edit_hashes_it_again(tmp
     for edited in (False, False, True):
         run = _run(_CODE_VERSION_PROGRAM.replace("EDITED", str(edited)), TORCHNEURON_CACHE_DIR=str(tmp_path))
         assert run.returncode == 0, run.stderr[-3000:]
-        runs.append(_last_json(run.stdout))
+        runs.append(last_json(run.stdout))
     first, second, edited = runs
     assert first["hashed"] == 1 and second["hashed"] == 0  # (the second lists the files, and reads no source)
     assert second["version"] == first["version"]
@@ -616,7 +608,7 @@ def test_a_warm_process_reads_its_small_values_from_one_bundle(tmp_path):
         '"loaded": stats.get("plans_loaded")', '"loaded": stats.get("plans_loaded"), "reads": len(reads)')
     runs = [_run(program, TORCHNEURON_CACHE_DIR=str(tmp_path), TORCHNEURON_EAGER=mode) for mode in ("fused", "fused")]
     assert all(run.returncode == 0 for run in runs), runs[-1].stderr[-3000:]
-    cold, warm = (_last_json(run.stdout) for run in runs)
+    cold, warm = (last_json(run.stdout) for run in runs)
     assert cold["built"] > 10 and cold["reads"] == 0
     assert warm["built"] == 0 and warm["reads"] == 2  # (before: one more for each program's output shapes)
     assert warm["results"] == cold["results"]

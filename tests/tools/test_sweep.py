@@ -1,8 +1,6 @@
 """The architecture sweep: small architectures of each task pass every stage that task runs."""
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -11,6 +9,7 @@ pytest.importorskip("transformers")
 
 from torchneuron.sweep.runner import STAGES, sweep
 from torchneuron.sweep.tasks import TASKS
+from torchneuron.testing.processes import run_code
 
 
 def _run(tmp_path, names: list[str], task: str) -> tuple[dict, list[dict], str]:
@@ -139,9 +138,7 @@ def test_shrink_does_not_depend_on_string_hashing():
             "c = shrink(MobileBertConfig, 'mobilebert'); print(c.true_hidden_size, c.intra_bottleneck_size)")
     import torchneuron
     root = os.path.dirname(os.path.dirname(torchneuron.__file__))  # this checkout's package in the child too
-    env = {**os.environ, "PYTHONPATH": root}
-    outs = {tuple(subprocess.run([sys.executable, "-c", code], env={**env, "PYTHONHASHSEED": seed},
-                                 capture_output=True, text=True, check=True).stdout.split()[-2:])
+    outs = {tuple(run_code(code, env={"PYTHONPATH": root, "PYTHONHASHSEED": seed}, timeout=600).stdout.split()[-2:])
             for seed in ("1", "3")}  # 3 picked the other width before
     assert len(outs) == 1, outs
 
