@@ -101,9 +101,9 @@ def _register() -> None:
 
 _register()
 
-from .custom_ops import jax_op
 from .counters import stats
 from .eager.fallback import fallback_stats
 from .eager.modes import eager_mode, eager_stats
 from .graphs import capture
 from .runtime.executables import cache_stats, set_cache_limit
+from .custom_ops import jax_op

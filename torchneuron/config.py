@@ -1,4 +1,12 @@
-"""Environment variables, read once at import. One table so they are easy to audit and document."""
+"""Environment variables, read once at import into this module's attributes. One table so they are easy to
+audit and document.
+
+The code reads the attributes where it uses them (`config.DEVICE_ASSERTS`, `"recompiles" in config.LOG`),
+never a copy, so a test or a user changes a setting at run time by assigning it:
+`torchneuron.config.EAGER_BUCKETS = False`. A setting that decides what an executable holds (device
+asserts, buckets) applies to the programs built after it. The settings in AT_IMPORT configure JAX or the
+process once, at import; each names what changes it later, if anything.
+"""
 from __future__ import annotations
 
 import os
@@ -44,6 +52,19 @@ ENVIRONMENT = {
                                    "transformers' default (dynamic) cache",
     "TORCHNEURON_JAX_COORDINATOR": "host:port of JAX's multi-process coordinator (with "
                                    "TORCHNEURON_XLA_COLLECTIVES=1); default MASTER_ADDR:MASTER_PORT+1",
+}
+
+AT_IMPORT = {
+    "TORCHNEURON_PLATFORM": "fixed: JAX's platform is chosen once",
+    "TORCHNEURON_CORES": "fixed: the device count is registered once",
+    "TORCHNEURON_MEMORY_LIMIT": "fixed: each core's limit is set when the device registers",
+    "TORCHNEURON_ASYNC_DISPATCH": "fixed: JAX's XLA:CPU client is made once",
+    "TORCHNEURON_AUTOGRAD_THREADS": "torch.autograd.set_multithreading_enabled",
+    "TORCHNEURON_CACHE_DIR": "torchneuron.runtime.compilation_cache.enable(directory)",
+    "TORCHNEURON_CACHE_LIMIT": "torchneuron.set_cache_limit(bytes)",
+    "TORCHNEURON_EAGER": "torchneuron.eager_mode(mode), a block",
+    "TORCHNEURON_XLA_COLLECTIVES": "fixed: JAX's multi-process runtime starts at import",
+    "TORCHNEURON_JAX_COORDINATOR": "fixed: JAX's multi-process runtime starts at import",
 }
 
 PLATFORM = os.environ.get("TORCHNEURON_PLATFORM", "cpu")

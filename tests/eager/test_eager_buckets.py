@@ -15,7 +15,7 @@ from torchneuron.runtime import deferred
 
 @pytest.fixture(autouse=True)
 def eager_buckets(monkeypatch):
-    monkeypatch.setattr(buckets, "ENABLED", True)  # (whatever TORCHNEURON_EAGER_BUCKETS says)
+    monkeypatch.setattr(torchneuron.config, "EAGER_BUCKETS", True)  # (whatever TORCHNEURON_EAGER_BUCKETS says)
 
 
 def _misses() -> int:
@@ -221,7 +221,7 @@ def test_the_last_column_of_a_growing_batch_shares_one_executable():
 
 
 def test_eager_buckets_off_runs_exact_sizes(monkeypatch):
-    monkeypatch.setattr(buckets, "ENABLED", False)
+    monkeypatch.setattr(torchneuron.config, "EAGER_BUCKETS", False)
     calls = buckets.STATS["calls"]
     _grow(range(5, 10), lambda n: ((_long(2, n, axis=1), 1),), lambda x: x.sum(-1))
     assert buckets.STATS["calls"] == calls

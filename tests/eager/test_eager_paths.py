@@ -3,7 +3,8 @@ its general path must agree: same values as CPU, same plans, same errors."""
 import pytest
 import torch
 
-from torchneuron.eager import buckets, driver
+from torchneuron import config
+from torchneuron.eager import driver
 from torchneuron.eager.schema import parse
 
 aten = torch.ops.aten
@@ -25,7 +26,7 @@ def test_common_call_matches_cpu(make):
 
 def test_both_paths_find_the_same_plan(monkeypatch):
     # (at exact sizes: an earlier test's calls of mul at other sizes would have this one run padded)
-    monkeypatch.setattr(buckets, "ENABLED", False)
+    monkeypatch.setattr(config, "EAGER_BUCKETS", False)
     a, b = torch.randn(5, 3).to("neuron"), torch.randn(5, 3).t().to("neuron")
     schema, plans = parse(aten.mul.Tensor), driver.plans_of(aten.mul.Tensor)
     with torch.profiler.profile():  # the profiler runs every call through the general path
@@ -68,7 +69,7 @@ def test_conjugate_views_reach_mm_resolved():
 @pytest.mark.parametrize("scalar", [2.5, 3, torch.tensor(1.5), torch.tensor(2)])
 @pytest.mark.parametrize("op", ["mul", "add", "sub_", "div"])
 def test_python_scalars_take_the_one_pass_path_to_the_general_paths_plan(op, scalar, monkeypatch):
-    monkeypatch.setattr(buckets, "ENABLED", False)  # (a call the general path runs padded plans nothing)
+    monkeypatch.setattr(config, "EAGER_BUCKETS", False)  # (a call the general path runs padded plans nothing)
     # `x * 2.5` reaches the driver with the Python scalar (or a 0-dim CPU tensor) beside the tensor;
     # both paths key it alike, so the one-pass path runs the plan the general path built
     x = torch.randn(6)
@@ -112,7 +113,7 @@ def _attention_on_cpu(q, k, v, scale):
 ])
 def test_absent_operands_and_static_keywords_take_the_one_pass_path_to_the_general_paths_plan(
         op, args, kwargs, reference, monkeypatch):
-    monkeypatch.setattr(buckets, "ENABLED", False)
+    monkeypatch.setattr(config, "EAGER_BUCKETS", False)
     x = torch.randn(5, 4)
     on_neuron = x.to("neuron")
     with torch.profiler.profile():  # the profiler runs every call through the general path

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 import torchneuron
-from torchneuron.eager import buckets
 from torchneuron.integrations import generate
 
 transformers = pytest.importorskip("transformers")
@@ -29,7 +28,7 @@ def _model(kind: str):
 @pytest.mark.parametrize("replayed", [True, False], ids=["static-graphs", "dynamic-cache"])
 @pytest.mark.parametrize("kind", ["llama", "gpt2"])
 def test_generate_64_tokens_with_the_default_cache_equals_cpu(kind, replayed, monkeypatch):
-    monkeypatch.setattr(buckets, "ENABLED", True)  # (whatever TORCHNEURON_EAGER_BUCKETS says)
+    monkeypatch.setattr(torchneuron.config, "EAGER_BUCKETS", True)  # (whatever TORCHNEURON_EAGER_BUCKETS says)
     monkeypatch.setattr(generate.config, "GENERATE_GRAPHS", replayed)
     model = _model(kind)
     compiles = torchneuron.cache_stats()["misses"]

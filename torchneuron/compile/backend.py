@@ -34,8 +34,6 @@ STATS = collections.Counter()
 _reasons: list[str] = []
 _lock = threading.Lock()
 
-_LOG_RECOMPILES = "recompiles" in config.LOG
-
 # Activation checkpointing's RNG replay (AOTAutograd's partitioner): the forward graph runs a random
 # op through `run_and_save_rng_state(op, *args)` -> (state, result) and saves the state for the
 # backward graph, which recomputes the op through `run_with_rng_state(state, op, *args)` and must
@@ -76,7 +74,7 @@ class CompiledGraph:
                          None)
         self.mutated_inputs: list[int] = []
         # a node checks conditions on the device: the device's failure word goes through the graph
-        self.checked = device_asserts.ENABLED and any(
+        self.checked = config.DEVICE_ASSERTS and any(
             n.op == "call_function" and n.target in LOWERINGS and LOWERINGS[n.target].checks for n in gm.graph.nodes)
         self.mutated_placeholders = sorted({
             self.placeholders.index(n.args[0]) for n in gm.graph.nodes
@@ -444,7 +442,7 @@ class CompiledGraph:
         if self.signatures:
             reason = f"{self.name}: new input signature {_describe_change(self.signatures, signature)}"
             _reasons.append(reason)
-            if _LOG_RECOMPILES:
+            if "recompiles" in config.LOG:
                 print(f"torchneuron recompile: {reason}")
         self.signatures.add(signature)
 

@@ -43,7 +43,7 @@ from jax import lax
 
 from .. import config
 from ..lowering import calling, draws_random, padding, record_of, run_meta
-from ..runtime import deferred, device_asserts, executables, storages, tables
+from ..runtime import deferred, executables, storages, tables
 from ..runtime.dtypes import host_scalar, to_jax
 from ..runtime.layout import Layout, canonical_stride, contiguous_stride, read
 from .describe import CallDescription, buffers_of, is_tensor_entry
@@ -211,7 +211,7 @@ def _padded_sizes(stream: _Stream, sizes):
 
 def run(schema: OpSchema, args, kwargs, desc: CallDescription):
     """Run a call with no exact plan yet at its size's bucket; NOT_BUCKETED where it cannot."""
-    if not ENABLED:
+    if not config.EAGER_BUCKETS:
         return _refuse("eager bucketing is off (TORCHNEURON_EAGER_BUCKETS=0)")
     if deferred._capture["recording"] is not None:
         return _refuse("graph captures run exact sizes")
@@ -270,7 +270,7 @@ def run(schema: OpSchema, args, kwargs, desc: CallDescription):
         if isinstance(plan, BucketedPlan):
             STATS["plans"] += 1
             executables.when_empty(plan.function, functools.partial(PLANS.discard, key, plan), key)
-            if _LOG_RECOMPILES:
+            if "recompiles" in config.LOG:
                 growing = ", ".join(f"tensor {i} dim {d}" for i, v in enumerate(varying) for d, g in enumerate(v) if g)
                 print(f"torchneuron recompile: {schema.op} for shapes {[list(t.shape) for t in desc.tensors]} "
                       f"(growing: {growing}): bucketed, runs at {[list(x) for x in shapes]}", file=sys.stderr)
@@ -376,7 +376,7 @@ class BucketedPlan:
         op = schema.op
         lowering = record_of(op).lowering
         if lowering is None or lowering.data_dependent or lowering.user_code or lowering.graph_only or (
-                lowering.checks and device_asserts.ENABLED):
+                lowering.checks and config.DEVICE_ASSERTS):
             raise _Refused("no lowering that runs padded (none, data dependent, a user's, or device-checked)")
         self.schema, self.op, self.lowering = schema, op, lowering
         self.shapes, self.varying = shapes, varying
@@ -753,6 +753,3 @@ def stats() -> dict:
     """Eager bucketing's counters: calls run padded, bucketed plans built, plans refused."""
     return {"bucketed_calls": STATS["calls"], "bucketed_plans": STATS["plans"], "bucketed_refused": STATS["refused"]}
 
-
-ENABLED = config.EAGER_BUCKETS
-_LOG_RECOMPILES = "recompiles" in config.LOG

@@ -36,7 +36,6 @@ from .schema import Kind, OpSchema, parse
 
 _lock = threading.RLock()
 _lookup = storages.lookup
-_LOG_RECOMPILES = "recompiles" in config.LOG
 # op -> {plan key -> Plan}: the plans of every op, whichever kernel runs it. Plain dicts, read by
 # each call; their total is bounded by _BUILT, which knows the order the plans were built in.
 PLANS: dict = {}
@@ -226,7 +225,7 @@ def _run_described(schema: OpSchema, plans: dict, args, kwargs, resized: bool = 
         _BUILT.add((schema.op, key), plans)
         if plan.function is not None:  # evicted from the executable cache: built again when called
             executables.when_empty(plan.function, functools.partial(plans.pop, key, None), (schema.op, key))
-        if _LOG_RECOMPILES:
+        if "recompiles" in config.LOG:
             recompiles.log_new_plan(schema, plans, key, desc)
     return plan.execute(args, kwargs, desc)
 

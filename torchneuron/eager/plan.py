@@ -13,8 +13,9 @@ import inspect
 import torch
 from torch._decomp import meta_table
 
+from .. import config
 from ..lowering import Lowering, calling, check_refusals, draws_random, record_of
-from ..runtime import device_asserts, devices, executables, tables
+from ..runtime import devices, executables, tables
 from ..runtime.dtypes import scalar_type_name
 from ..runtime.layout import Layout, canonical_stride, contiguous_stride
 from . import overlap, plan_store
@@ -166,7 +167,7 @@ class Plan(PlanExecution):
         self.in_order = self.arg_groups == list(range(len(buffers)))
         self.random = draws_random(lowering, functional, self.template_args, self.template_kwargs)
         # the lowering checks conditions on the device: the device's failure word goes through the call
-        self.checked = lowering.checks and device_asserts.ENABLED
+        self.checked = lowering.checks and config.DEVICE_ASSERTS
         # compiled per buffer signature, its executables in the runtime's bounded cache; unnamed
         # (never loaded untraced, never shared): user code, which the name cannot cover
         if record is None:

@@ -18,7 +18,8 @@ settings and code version, so an edited torchneuron never reads a stale plan. Of
 """
 from __future__ import annotations
 
-from ..runtime import compilation_cache, device_asserts
+from .. import config
+from ..runtime import compilation_cache
 from .describe import key_of
 
 STATS = {"plans_built": 0, "plans_loaded": 0}
@@ -28,7 +29,7 @@ def key_for(schema, desc, lowering) -> str | None:
     """The stored key of the plan for this call, or None where it is not stored."""
     if lowering.user_code or lowering.data_dependent or compilation_cache.directory() is None:
         return None
-    return compilation_cache.value_key("eager plan", repr((schema.name, key_of(schema, desc), device_asserts.ENABLED)))
+    return compilation_cache.value_key("eager plan", repr((schema.name, key_of(schema, desc), config.DEVICE_ASSERTS)))
 
 
 def _valid(record) -> bool:

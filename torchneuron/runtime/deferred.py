@@ -45,7 +45,6 @@ MAX_NODES = 1024
 # structures. Cut only at MAX_NODES, a loop of 1,000 ops would start each segment at another
 # phase of its body, every segment a new structure and a new compile.
 CUT_AFTER = MAX_NODES // 2
-_LOG_FLUSHES = "flushes" in config.LOG
 
 
 class CaptureError(RuntimeError):
@@ -361,7 +360,7 @@ def flush(reason: str = "flush", drain: bool = True) -> None:
         for (_, _, p), value in zip(live, results):
             p.value = value
         _rebind()
-        if _LOG_FLUSHES:
+        if "flushes" in config.LOG:
             print(f"[torchneuron] flush ({reason}): {len(segment.nodes)} ops, {len(live)} live values, "
                   f"{'new program' if new else 'cached program'}, {1e3 * (time.perf_counter() - started):.1f} ms",
                   file=sys.stderr)

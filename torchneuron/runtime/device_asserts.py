@@ -15,9 +15,6 @@ import numpy as np
 from .. import config
 from . import assert_messages, deferred, devices
 
-ENABLED = config.DEVICE_ASSERTS
-LAUNCH_BLOCKING = config.LAUNCH_BLOCKING
-
 
 class DeviceAssertError(RuntimeError):
     """A condition checked on a NeuronCore failed (an index out of bounds, say)."""
@@ -52,7 +49,7 @@ def update(device_index: int, new_word: jax.Array) -> None:
     """The word a checking executable returned."""
     _words[device_index] = new_word
     _unread.add(device_index)
-    if LAUNCH_BLOCKING:
+    if config.LAUNCH_BLOCKING:
         raise_failures()
 
 
@@ -73,7 +70,7 @@ def raise_failures() -> None:
         code = int(np.asarray(value))
         if code:
             _words[index] = jnp.zeros_like(value)
-            hint = "" if LAUNCH_BLOCKING else " (TORCHNEURON_LAUNCH_BLOCKING=1 raises at the op itself)"
+            hint = "" if config.LAUNCH_BLOCKING else " (TORCHNEURON_LAUNCH_BLOCKING=1 raises at the op itself)"
             raise DeviceAssertError(f"neuron: device-side assert triggered: {assert_messages.text(code)}{hint}")
 
 

@@ -4,14 +4,14 @@ A second run of a program asks the cache for the same programs in about the same
 first, and each load (deserialising an XLA executable: ~2 ms for one op, ~40 ms for a fused
 segment) used to stop the calling thread. So every process notes the order in which it loaded or
 stored named programs, and at exit stores, beside every eighth program, the names of the
-LOOK_AHEAD programs that followed it (only where that list changed; one list per program doubled
-the files a test suite leaves in the cache). When a later process loads a program,
+`config.CACHE_PREFETCH` programs that followed it (only where that list changed; one list per
+program doubled the files a test suite leaves in the cache). When a later process loads a program,
 a worker thread loads the ones that followed it last time while the calling thread goes on (XLA
 deserialises without the GIL: the calling thread keeps about three quarters of its speed on two
 cores); asked for one, the calling thread takes it from the worker, or waits for the one the
 worker is loading, or loads it itself. At most HOLD loaded programs wait to be asked for; a
 prediction that fails costs worker time only, never a result. `TORCHNEURON_CACHE_PREFETCH` sets
-LOOK_AHEAD (0: off); `torchneuron.cache_stats()` counts `prefetched` and `prefetch_hits`.
+`config.CACHE_PREFETCH` (0: off); `torchneuron.cache_stats()` counts `prefetched` and `prefetch_hits`.
 """
 from __future__ import annotations
 
@@ -28,8 +28,6 @@ from .. import config
 from . import compilation_cache
 from .background import BackgroundQueue, stopping
 
-LOOK_AHEAD = config.CACHE_PREFETCH
-ANCHOR_EVERY = max(LOOK_AHEAD // 2, 1)  # programs with a list of their followers: every this many
 HOLD = 64  # loaded programs not asked for yet (the oldest goes first)
 MAX_NOTED = 4096  # programs a process notes: a warm start is its first ones
 
@@ -65,7 +63,7 @@ def load(key: str, args, device=None):
 def noted(key: str, target, follow: bool = True) -> None:
     """This process asked for (loaded or stored) the program `key` on device `target`; `follow`:
     the worker loads the programs that followed it."""
-    if not LOOK_AHEAD or target is None or compilation_cache.directory() is None:
+    if not config.CACHE_PREFETCH or target is None or compilation_cache.directory() is None:
         return
     with _cond:
         if key in _asked or len(_order) >= MAX_NOTED:
@@ -91,7 +89,7 @@ def stats() -> dict:
 
 
 def _take(key: str, target):
-    if not LOOK_AHEAD or target is None:
+    if not config.CACHE_PREFETCH or target is None:
         return None
     with _cond:
         while _loading[0] == key:  # (sooner than loading it a second time)
@@ -103,12 +101,14 @@ def _take(key: str, target):
     return entry[1], entry[2]
 
 
-# (the list's format and length are in its name: a list of another format is never read)
-_SUCCESSORS = "-next-" + hashlib.sha256(repr(("successors", 2, LOOK_AHEAD)).encode()).hexdigest()[:8]
-
-
 def _successors_key(key: str) -> str:
-    return key + _SUCCESSORS
+    # (the list's format and length are in its name: a list of another format is never read)
+    return key + _successors_suffix(config.CACHE_PREFETCH)
+
+
+@functools.cache
+def _successors_suffix(look_ahead: int) -> str:
+    return "-next-" + hashlib.sha256(repr(("successors", 2, look_ahead)).encode()).hexdigest()[:8]
 
 
 def _load_after(key: str) -> None:
@@ -155,15 +155,17 @@ os.register_at_fork(after_in_child=_forked)
 @atexit.register
 def _store_successors() -> None:
     """Beside each program this process asked for, the ones that followed it (where they changed)."""
-    if not LOOK_AHEAD:
+    if not config.CACHE_PREFETCH:
         return
+    look_ahead = config.CACHE_PREFETCH
+    anchor_every = max(look_ahead // 2, 1)  # programs with a list of their followers: every this many
     with _cond:
         order = [tuple(entry) for entry in _order]
         known = dict(_known)
     for i, (key, _) in enumerate(order):
-        successors = [[name, device_id, j % ANCHOR_EVERY == 0]
-                      for j, (name, device_id) in enumerate(order[i + 1:i + 1 + LOOK_AHEAD], start=i + 1)]
-        if i % ANCHOR_EVERY or not successors:
+        successors = [[name, device_id, j % anchor_every == 0]
+                      for j, (name, device_id) in enumerate(order[i + 1:i + 1 + look_ahead], start=i + 1)]
+        if i % anchor_every or not successors:
             continue
         stored = known[key] if key in known else compilation_cache.load_value(_successors_key(key))
         if stored != successors:  # (a read is cheaper than a write: most lists are as they were)
