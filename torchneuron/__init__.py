@@ -102,8 +102,8 @@ def _register() -> None:
 _register()
 
 from .counters import stats
+from .custom_ops import jax_op
 from .eager.fallback import fallback_stats
 from .eager.modes import eager_mode, eager_stats
 from .graphs import capture
 from .runtime.executables import cache_stats, set_cache_limit
-from .custom_ops import jax_op
