@@ -413,9 +413,9 @@ def _promote_after_compiles_stop(executables):
 def test_plans_that_ran_only_inside_segments_go_when_their_segments_go(monkeypatch):
     """A plan recorded in fused eager never compiles a program of its own, so the cache's eviction
     never reached it: each new shape kept a plan forever. It now goes once no cached segment runs it."""
-    from torchneuron.eager import buckets, driver
+    from torchneuron.eager import driver
     from torchneuron.runtime import executables
-    monkeypatch.setattr(buckets, "ENABLED", False)  # (exact sizes: a plan per length)
+    monkeypatch.setattr(torchneuron.config, "EAGER_BUCKETS", False)  # (exact sizes: a plan per length)
     limit = executables.CACHE.limit
     lengths = range(101, 141)
     try:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import torchneuron
-from torchneuron.eager import buckets, driver
+from torchneuron.eager import driver
 from torchneuron.runtime import executables
 from torchneuron.testing.processes import last_json, run_code, start_code
 
@@ -48,7 +48,7 @@ def _cold_and_warm(code: str, cache_dir) -> tuple[dict, dict]:
 def test_an_evicted_plan_compiles_again_and_gives_the_same_result(monkeypatch):
     # (exact plans: bucketed, the third call would run at the bucket the first two sizes make,
     # which also widens its input first)
-    monkeypatch.setattr(buckets, "ENABLED", False)
+    monkeypatch.setattr(torchneuron.config, "EAGER_BUCKETS", False)
     limit = executables.CACHE.limit
     op = torch.ops.aten.mul.Tensor
     try:
@@ -85,7 +85,7 @@ def test_cache_stats_reports_what_the_issue_names():
 def test_memory_stays_within_the_bound_over_a_thousand_shapes():
     result = _run("""
         import json, torch, torchneuron
-        from torchneuron.eager import buckets, driver
+        from torchneuron.eager import driver
         def resident():
             return int(open('/proc/self/statm').read().split()[1]) * 4096
         def step(n):
