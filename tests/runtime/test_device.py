@@ -1,4 +1,6 @@
 """The device itself: native tensors, several NeuronCores, the device module, streams, generators."""
+import time
+
 import pytest
 import torch
 
@@ -203,11 +205,21 @@ def test_streams_and_events():
         x = torch.ones(4).to("neuron") * 3
     assert torch.neuron.current_stream() != s
     start, end = torch.neuron.Event(enable_timing=True), torch.neuron.Event(enable_timing=True)
+    w = torch.randn(256, 256, device="neuron")
+    before = time.perf_counter()
     start.record()
     y = x * 2
-    end.record()
-    end.synchronize()
-    assert start.elapsed_time(end) >= 0
+    z = w
+    for _ in range(8):
+        z = torch.tanh(z @ w)
+    time.sleep(0.01)
+    issued = time.perf_counter()
+    end.record()  # a timed event waits for the work before it...
+    after = time.perf_counter()
+    assert torchneuron.eager_stats()["pending_ops"] == 0
+    # ...so the pair spans the sleep and that wait, in milliseconds, and no more than the wall time around it
+    elapsed = start.elapsed_time(end)
+    assert max(10.0, (after - issued) * 1e3 - 1) <= elapsed <= (after - before) * 1e3 + 1, (elapsed, before, issued, after)
     assert end.query()
     s.wait_stream(torch.neuron.current_stream())
     y.record_stream(s)  # what DDP does to the inputs it moves
@@ -237,10 +249,12 @@ def test_streams_without_a_device_index_are_on_the_current_device(core):
             assert event.query()
             torch.testing.assert_close(y.cpu(), torch.full((3,), 2.0))
         start, end = torch.Event(device="neuron", enable_timing=True), torch.Event(device="neuron", enable_timing=True)
+        before = time.perf_counter()
         start.record()
+        time.sleep(0.01)
         end.record()
-        end.synchronize()
-        assert start.device == here and start.elapsed_time(end) >= 0
+        wall = (time.perf_counter() - before) * 1e3
+        assert start.device == here and 10.0 <= start.elapsed_time(end) <= wall + 1
     finally:
         torch.neuron.set_device(previous)
 
