@@ -181,10 +181,20 @@ def test_mul():
 
 
 @pytest.mark.parametrize("name", ["neg", "abs", "sin", "tanh", "sqrt", "expm1", "log1p", "sign", "trunc",
-                                  "floor", "ceil", "round", "relu", "isnan", "signbit", "square"])
+                                  "floor", "ceil", "round", "relu", "isnan", "signbit", "square", "erf", "frac",
+                                  "isinf", "deg2rad", "sgn", "asinh"])
 def test_elementwise(name):
     x = coo() if name not in ("sqrt", "log1p") else coo().abs()
     check(lambda x: getattr(x, name)(), x)
+
+
+def test_shape_ops():
+    x = coo(dense=(2,))
+    check(lambda x: x.permute(1, 0, 2), x)
+    check(lambda x: x.unsqueeze(1), x)
+    check(lambda x: x.narrow_copy(1, 1, 3), x)
+    check(lambda x, y: torch.cat([x, y], 0), x, coo(seed=6, dense=(2,)))
+    check(lambda x: x.any(), x)
 
 
 def test_sparse_mask():
@@ -379,6 +389,8 @@ def test_compressed_layouts_are_refused_by_name():
     csr = torch.randn(3, 4).to_sparse_csr().to("neuron")
     with pytest.raises(NotImplementedError, match="is not supported on neuron for layout torch.sparse_csr"):
         csr.to_dense()
+    with pytest.raises(NotImplementedError, match="is not supported on neuron for layout torch.sparse_csr"):
+        csr @ torch.randn(4, 2, device="neuron")
     with pytest.raises(NotImplementedError, match="aten::_to_sparse_csr is not supported on neuron for layout "
                                                   "torch.sparse_coo"):
         coo().to("neuron").to_sparse_csr()

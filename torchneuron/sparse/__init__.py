@@ -33,10 +33,12 @@ class SparseUnsupportedError(NotImplementedError):
 
 
 def _layout_of(args, kwargs) -> torch.layout | None:
+    """The sparse layout the call involves: a sparse tensor's, or a factory's `layout=`."""
     for a in (*args, *kwargs.values()):
         for t in (a if isinstance(a, (list, tuple)) else (a,)):
-            if isinstance(t, torch.Tensor) and t.layout != torch.strided:
-                return t.layout
+            layout = t.layout if isinstance(t, torch.Tensor) else t if isinstance(t, torch.layout) else None
+            if layout is not None and layout != torch.strided:
+                return layout
     return None
 
 
