@@ -6,7 +6,7 @@ setup(
     ext_modules=[
         CppExtension(
             "torchneuron._core",
-            ["csrc/neuron_core.cpp", "csrc/sparse_coo.cpp"],
+            ["csrc/neuron_core.cpp", "csrc/sparse_coo.cpp", "csrc/nested.cpp"],
             extra_compile_args=["-O2", "-std=c++20", "-fvisibility=hidden", "-Wno-unused-parameter"],
         )
     ],
