@@ -250,7 +250,7 @@ def opmath(x):
 FAMILIES = ("elementwise", "reductions", "shape", "indexing", "linalg", "nn", "factories", "random", "foreach",
             "views", "histograms", "sampling", "pooling", "activations", "fft", "polynomials", "special",
             "embedding_bag", "ctc", "amp", "fake_quant", "low_precision", "attention", "flex_attention", "optimizers",
-            "assertions", "unsupported", "refusals", "collectives")
+            "assertions", "unsupported", "refusals", "collectives", "nested")
 
 
 def load_all() -> dict:
