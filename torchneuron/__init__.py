@@ -91,6 +91,10 @@ def _register() -> None:
 
     # PyTorch's flex_attention lets neuron tensors past its device list
     huggingface.when_imported(flex_attention.MODULE, flex_attention.allow_neuron)
+    from .integrations import nested
+
+    # jagged nested tensors' attention runs padded through the fused SDPA lowering
+    huggingface.when_imported(nested.MODULE, nested.route_sdpa)
     from .eager import modes
 
     modes.install()  # fused eager cuts its segments where optimizer steps end
