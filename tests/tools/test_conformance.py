@@ -32,6 +32,11 @@ SLICE = [
     "nn.functional.max_pool2d",
 ]
 
+# Records of SLICE known to fail, by OpInfo name (variants included, "addmm.decomposed"), each with why:
+# torchax's skiplist, strict. Every other record of the slice must pass, and one of these that passes
+# fails the test until it leaves the list. All 80 ops (87 records, float32) passed on 2026-12-07.
+EXPECTED_FAILURES: dict[str, str] = {}
+
 
 def _opinfo(name, fn, supports_autograd=False, supports_forward_ad=False):
     def samples(op, device, dtype, requires_grad, **kwargs):
@@ -346,8 +351,12 @@ def test_fast_slice(tmp_path):
                               quiet=True)
     data = json.loads((tmp_path / "conformance.json").read_text())
     assert (tmp_path / "conformance.md").read_text().startswith("# torchneuron OpInfo conformance")
-    failures = [(r["op"], r["reason"]) for r in data["records"] if r["status"] not in ("pass", "skipped")]
-    assert summary["overall"]["rate"] >= 0.95, failures
+    ran = {r["op"] for r in data["records"] if r["status"] != "skipped"}
+    failing = {r["op"]: f"{r['status']}: {r['reason']}" for r in data["records"] if r["status"] not in ("pass", "skipped")}
+    unexpected = {op: why for op, why in failing.items() if op not in EXPECTED_FAILURES}
+    assert not unexpected, unexpected
+    passing = sorted(op for op in EXPECTED_FAILURES if op in ran and op not in failing)
+    assert not passing, f"expected to fail, but pass: take them off EXPECTED_FAILURES: {passing}"
     assert summary["fallback_ops"] == {}, summary["fallback_ops"]
     assert summary["backward"]["ran"] > 0
 
