@@ -202,6 +202,31 @@ def addmm_(self, mat1, mat2, *, beta=1, alpha=1):
     return self.copy_(_addmm(self, mat1, mat2, beta, alpha))
 
 
+def _bmm(self: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
+    """sparse (b x m x k, COO) @ dense (b x k x n): as _spmm, per batch."""
+    torch._check(self.is_sparse and not mat2.is_sparse and self.dim() == 3 and mat2.dim() == 3
+                 and self.dense_dim() == 0, lambda: "bmm on neuron's sparse COO tensors takes a 3-D sparse self "
+                                                    "without dense dimensions and a 3-D dense mat2")
+    torch._check(self.shape[0] == mat2.shape[0] and self.shape[2] == mat2.shape[1], lambda: (
+        f"bmm: shapes {list(self.shape)} and {list(mat2.shape)} cannot be multiplied"))
+    dtype = torch.result_type(self, mat2)
+    batch, rows, cols = self._indices()
+    b, m, n = self.shape[0], self.shape[1], mat2.shape[2]
+    contributions = _promoted(self._values(), dtype).unsqueeze(1) * _promoted(mat2, dtype)[batch, cols]
+    out = _dense_zeros((b * m, n), mat2, dtype).index_add_(0, batch * m + rows, contributions)
+    return out.view(b, m, n)
+
+
+@sparse_kernel(aten.bmm.default)
+def bmm(self, mat2):
+    return _bmm(self, mat2)
+
+
+@sparse_kernel(aten.bmm.out)
+def bmm_out(self, mat2, *, out):
+    return _into(out, _bmm(self, mat2))
+
+
 @sparse_kernel(aten._sparse_sparse_matmul.default)
 def sparse_sparse_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """COO @ COO: every pair (a's entry (i, k), b's entry (k, j)) joined by k, then coalesced."""
