@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test test-strict test-fused install build lint bench conformance sweep clean
 
-$(STAMP): pyproject.toml setup.py csrc/neuron_core.cpp
+$(STAMP): pyproject.toml setup.py $(wildcard csrc/*.cpp)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip setuptools wheel
 	# torch first, from the CPU wheel, so nothing pulls a CUDA build
