@@ -8,8 +8,9 @@
 // NestedTensorCUDA): they read the CPU metadata on the host and compute on the buffer with dense ops,
 // which dispatch to neuron's kernels (bmm and to_padded_tensor are NestedTensorCPU-only lines that are
 // generic too). Entries that loop over the buffer's host memory or call CPU kernel stubs
-// (sum.dim_IntList, layer norm, the fused transformer kernels) are left out, and so is every op CPU
-// lacks: such a call meets the fallback at the bottom, a NotImplementedError naming the op and the layout.
+// (sum.dim_IntList, the fused transformer kernels) are left out, and so is every op CPU lacks: such a
+// call meets the fallback at the bottom, a NotImplementedError naming the op and the layout. Layer
+// norm, whose CPU kernels call CPU's kernel stub, is written here over the buffer.
 // The jagged layout is a Python subclass over dense tensors and needs nothing here
 // (torchneuron/integrations/nested.py, torchneuron/lowering/nested.py).
 #include <ATen/ops/_nested_from_padded_native.h>
@@ -85,6 +86,10 @@
 #include <ATen/ops/where_native.h>
 #include <ATen/ops/zero_native.h>
 #include <ATen/Context.h>
+#include <ATen/native/nested/NestedTensorMath.h>
+#include <ATen/native/nested/NestedTensorUtils.h>
+#include <ATen/ops/native_layer_norm.h>
+#include <ATen/ops/native_layer_norm_backward.h>
 #include <ATen/SDPBackend.h>
 #include <torch/library.h>
 
@@ -95,6 +100,40 @@ int64_t nested_fused_sdp_choice(const at::Tensor&, const at::Tensor&, const at::
                                 const std::optional<at::Tensor>&, double, bool, std::optional<double>, bool) {
   return static_cast<int64_t>(at::globalContext().userEnabledMathSDP() ? at::SDPBackend::math
                                                                        : at::SDPBackend::error);
+}
+
+// Layer norm over trailing regular dimensions of a contiguous nested tensor is layer norm of its buffer
+// as (rows, normalized numel) rows; mean and rstd stay dense (rows, 1), as the backward below reads them.
+at::Tensor buffer_rows(const at::Tensor& nested, int64_t n) {
+  auto* impl = at::native::get_nested_tensor_impl(nested);
+  TORCH_CHECK(at::native::nested_tensor_impl_is_contiguous(impl), "NestedTensor layer_norm needs a contiguous input");
+  return impl->get_buffer().view({-1, n});
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> nested_layer_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
+                                                                  const std::optional<at::Tensor>& weight,
+                                                                  const std::optional<at::Tensor>& bias, double eps) {
+  TORCH_CHECK(weight && bias, "NestedTensor layer_norm requires weight and bias");
+  auto* impl = at::native::get_nested_tensor_impl(input);
+  const int64_t n = at::native::_check_nested_layer_norm_inputs(*impl, normalized_shape, *weight, *bias).second;
+  auto [out, mean, rstd] = at::native_layer_norm(buffer_rows(input, n), {n}, weight->reshape({n}), bias->reshape({n}), eps);
+  return {at::native::wrap_buffer(out.view(-1), impl->get_nested_sizes().clone()), mean, rstd};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> nested_layer_norm_backward(
+    const at::Tensor& grad, const at::Tensor& input, at::IntArrayRef normalized_shape, const at::Tensor& mean,
+    const at::Tensor& rstd, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+    std::array<bool, 3> mask) {
+  const int64_t n = c10::multiply_integers(normalized_shape);
+  auto reshaped = [n](const std::optional<at::Tensor>& t) {
+    return t && t->defined() ? std::optional<at::Tensor>(t->reshape({n})) : std::nullopt;
+  };
+  auto [grad_input, grad_weight, grad_bias] = at::native_layer_norm_backward(
+      buffer_rows(grad.contiguous(), n), buffer_rows(input, n), {n}, mean, rstd, reshaped(weight), reshaped(bias), mask);
+  auto* impl = at::native::get_nested_tensor_impl(input);
+  return {grad_input.defined() ? at::native::wrap_buffer(grad_input.view(-1), impl->get_nested_sizes().clone()) : grad_input,
+          grad_weight.defined() ? grad_weight.view(weight->sizes()) : grad_weight,
+          grad_bias.defined() ? grad_bias.view(bias->sizes()) : grad_bias};
 }
 
 void refuse_nested(const c10::OperatorHandle& op, torch::jit::Stack*) {
@@ -192,6 +231,8 @@ TORCH_LIBRARY_IMPL(aten, NestedTensorPrivateUse1, m) {
   m.impl("to_padded_tensor", TORCH_FN(at::native::NestedTensor_to_padded_tensor_generic));
   m.impl("_safe_softmax", TORCH_FN(at::native::_safe_softmax));
   m.impl("_fused_sdp_choice", nested_fused_sdp_choice);
+  m.impl("native_layer_norm", nested_layer_norm);
+  m.impl("native_layer_norm_backward", nested_layer_norm_backward);
 }
 
 TORCH_LIBRARY_IMPL(_, NestedTensorPrivateUse1, m) {

@@ -224,6 +224,19 @@ def test_strided_backward():
         assert_same(c, d, rtol=1e-4, atol=1e-5)
 
 
+def test_strided_layer_norm_forward_and_backward():
+    parts = components(inner=(2, 4))
+    results = []
+    for device in ("cpu", "neuron"):
+        t = strided(parts, device, requires_grad=True)
+        w, b = (torch.randn(2, 4, generator=torch.Generator().manual_seed(s)).to(device).requires_grad_() for s in (0, 1))
+        out = F.layer_norm(t, (2, 4), w, b)
+        torch.nested.to_padded_tensor(out * out, 0.0).sum().backward()
+        results.append((out, t.grad, w.grad, b.grad))
+    for c, d in zip(*results):
+        assert_same(c.detach(), d.detach(), rtol=1e-4, atol=1e-5)
+
+
 def test_strided_unsupported_op_names_op_and_layout():
     dev = strided(components(), "neuron")
     with pytest.raises(NotImplementedError, match=r"aten::sum\.dim_IntList.*torch\.strided"):
