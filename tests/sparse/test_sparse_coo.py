@@ -299,8 +299,6 @@ def test_autograd_through_more_sparse_ops():
     grads(lambda a: torch.sparse.sum(a, [2]).to_dense(), a)
     grads(lambda a, b: (a - b).to_dense(), a, coo(seed=3, dense=(2,), coalesced=True))
     grads(lambda a, b: (a * b).to_dense(), a, coo(seed=3, dense=(2,), nnz=25, coalesced=True))
-    grads(lambda a, b: torch.sparse.mm(a, b).to_dense(), coo(shape=(5, 6), nnz=12, coalesced=True),
-          coo(shape=(6, 4), nnz=10, seed=4, coalesced=True))
     grads(lambda d: d.sparse_mask(a.to(d.device)).to_dense(), d)
 
 
