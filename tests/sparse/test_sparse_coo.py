@@ -240,6 +240,11 @@ def test_bmm():
     grads(lambda x, d: torch.bmm(x, d), x, torch.randn(2, 6, 3))
 
 
+def test_sspaddmm():
+    check(lambda s, m, d: torch.sspaddmm(s, m, d, beta=2, alpha=0.5), coo(shape=(5, 4)), coo(shape=(5, 6), seed=2),
+          torch.randn(6, 4))
+
+
 def test_sparse_times_sparse():
     a, b = coo(shape=(5, 6), nnz=12), coo(shape=(6, 4), nnz=10, seed=4)
     check(lambda a, b: torch.sparse.mm(a, b), a, b)

@@ -227,6 +227,32 @@ def bmm_out(self, mat2, *, out):
     return _into(out, _bmm(self, mat2))
 
 
+def _sspaddmm(self, mat1, mat2, beta, alpha) -> torch.Tensor:
+    """beta * self + alpha * (mat1 @ mat2), sparse, laid out as CPU's: self's entries scaled, then for
+    each row mat1 holds (in order), every column of that row of the product; never coalesced."""
+    torch._check(self.is_sparse and mat1.is_sparse and not mat2.is_sparse and mat1.dim() == 2 and mat2.dim() == 2,
+                 lambda: "sspaddmm takes a sparse self, a sparse 2-D mat1 and a dense 2-D mat2")
+    torch._check(mat1.shape[1] == mat2.shape[0] and tuple(self.shape) == (mat1.shape[0], mat2.shape[1]), lambda: (
+        f"sspaddmm: shapes {list(self.shape)}, {list(mat1.shape)} and {list(mat2.shape)} do not match"))
+    dtype = torch.result_type(self, mat2)
+    m1, n = mat1.coalesce(), mat2.shape[1]
+    indices, values = [self._indices()], [_scaled(_promoted(self._values(), dtype), beta)]
+    if m1._nnz():
+        rows, cols = m1._indices()
+        group, first, count = _groups(rows)
+        contributions = _promoted(m1._values(), dtype).unsqueeze(1) * _promoted(mat2, dtype)[cols]
+        product = _dense_zeros((count, n), mat2, dtype).index_add_(0, group, contributions)
+        columns = torch.arange(n, device=rows.device)
+        indices.append(torch.stack([rows[first].repeat_interleave(n), columns.repeat(count)]))
+        values.append(_scaled(product, alpha).reshape(-1))
+    return _make(2, 0, self.shape, torch.cat(indices, 1), torch.cat(values), False)
+
+
+@sparse_kernel(aten.sspaddmm.out)
+def sspaddmm_out(self, mat1, mat2, *, beta=1, alpha=1, out):
+    return _into(out, _sspaddmm(self, mat1, mat2, beta, alpha))
+
+
 @sparse_kernel(aten._sparse_sparse_matmul.default)
 def sparse_sparse_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """COO @ COO: every pair (a's entry (i, k), b's entry (k, j)) joined by k, then coalesced."""
