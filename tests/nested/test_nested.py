@@ -90,6 +90,19 @@ def test_jagged_sdpa_forward_and_backward():
         assert_same(c.grad, d.grad, rtol=1e-4, atol=1e-4)
 
 
+def test_jagged_sdpa_keys_of_other_lengths():
+    # cross attention: keys and values of their own lengths, the values built from packed values and
+    # the keys' offsets (no maximum length known: padding goes to the total length)
+    outs = []
+    for device in ("cpu", "neuron"):
+        q = jagged(components((3, 5, 7), (2, 8), seed=7), device).transpose(1, 2)
+        k = jagged(components((4, 2, 9), (2, 8), seed=8), device)
+        v = torch.nested.nested_tensor_from_jagged(torch.randn(15, 2, 8, generator=torch.Generator().manual_seed(9))
+                                                   .to(device), k.offsets())
+        outs.append(F.scaled_dot_product_attention(q, k.transpose(1, 2), v.transpose(1, 2), scale=0.3))
+    assert_same(outs[0], outs[1])
+
+
 class Block(torch.nn.Module):
     """A transformer layer on jagged (B, j, E) sequences: q/k/v projections, SDPA, MLP, layer norms."""
 

@@ -28,16 +28,22 @@ def _covers(query, key, value, attn_mask, is_causal) -> bool:
             and all(t.dim() == 4 and t._ragged_idx == 2 for t in (query, key, value)))
 
 
-def _padded(t):
-    """(B, H, j, D) jagged -> (B, H, max_len, D) dense, zeros past each length."""
-    return torch.nested.to_padded_tensor(t.transpose(1, 2), 0.0).transpose(1, 2)
+def _padded(t, length=None):
+    """(B, H, j, D) jagged -> (B, H, L, D) dense, zeros past each sequence's end. L is `length`, else
+    the maximum length where known, else the total length (PyTorch's bound: reading the maximum would
+    wait for the device)."""
+    size = None if length is None else (t.shape[0], length, t.shape[1], t.shape[3])
+    return torch.nested.to_padded_tensor(t.transpose(1, 2), 0.0, size).transpose(1, 2)
 
 
 def padded_sdpa(query, key, value, dropout_p=0.0, scale=None, enable_gqa=False):
     """Attention of jagged (B, H, j, D) tensors as dense attention over their padded forms."""
     from torch.nested._internal.nested_tensor import nested_from_padded
 
-    q, k, v = _padded(query), _padded(key), _padded(value)
+    # keys and values share their lengths; where only one knows its maximum, both pad to the total
+    unknown = (key._maybe_max_seqlen is None, value._maybe_max_seqlen is None)
+    kv_length = None if unknown[0] == unknown[1] else key._values.shape[1]
+    q, k, v = _padded(query), _padded(key, kv_length), _padded(value, kv_length)
     lengths = key.offsets().diff()
     mask = torch.arange(k.shape[2], device=k.device)[None, :] < lengths[:, None]
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None, None, :], dropout_p=dropout_p,
