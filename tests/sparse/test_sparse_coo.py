@@ -245,6 +245,10 @@ def test_sspaddmm():
           torch.randn(6, 4))
 
 
+def test_hspmm():
+    check(lambda m, d: torch.hspmm(m, d), coo(shape=(5, 6), seed=2), torch.randn(6, 4))
+
+
 def test_sparse_times_sparse():
     a, b = coo(shape=(5, 6), nnz=12), coo(shape=(6, 4), nnz=10, seed=4)
     check(lambda a, b: torch.sparse.mm(a, b), a, b)
@@ -420,6 +424,7 @@ def test_compressed_layouts_are_refused_by_name():
 
 
 def test_uncovered_coo_op_names_op_and_layout():
-    with pytest.raises(NotImplementedError, match="aten::hspmm is not supported on neuron for layout torch.sparse_coo"):
-        torch.hspmm(coo().to("neuron"), torch.randn(6, 2, device="neuron"))
+    with pytest.raises(NotImplementedError, match="aten::_sparse_broadcast_to is not supported on neuron for layout "
+                                                  "torch.sparse_coo"):
+        torch.ops.aten._sparse_broadcast_to(coo().to("neuron"), [2, 5, 6])
     assert torchneuron.fallback_stats() == torchneuron.fallback_stats()

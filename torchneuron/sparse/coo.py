@@ -235,17 +235,45 @@ def _sspaddmm(self, mat1, mat2, beta, alpha) -> torch.Tensor:
     torch._check(mat1.shape[1] == mat2.shape[0] and tuple(self.shape) == (mat1.shape[0], mat2.shape[1]), lambda: (
         f"sspaddmm: shapes {list(self.shape)}, {list(mat1.shape)} and {list(mat2.shape)} do not match"))
     dtype = torch.result_type(self, mat2)
-    m1, n = mat1.coalesce(), mat2.shape[1]
+    n = mat2.shape[1]
     indices, values = [self._indices()], [_scaled(_promoted(self._values(), dtype), beta)]
-    if m1._nnz():
-        rows, cols = m1._indices()
-        group, first, count = _groups(rows)
-        contributions = _promoted(m1._values(), dtype).unsqueeze(1) * _promoted(mat2, dtype)[cols]
-        product = _dense_zeros((count, n), mat2, dtype).index_add_(0, group, contributions)
+    rows, product = _held_rows_product(mat1, mat2, dtype)
+    if rows.shape[0]:
         columns = torch.arange(n, device=rows.device)
-        indices.append(torch.stack([rows[first].repeat_interleave(n), columns.repeat(count)]))
+        indices.append(torch.stack([rows.repeat_interleave(n), columns.repeat(rows.shape[0])]))
         values.append(_scaled(product, alpha).reshape(-1))
     return _make(2, 0, self.shape, torch.cat(indices, 1), torch.cat(values), False)
+
+
+def _held_rows_product(mat1, mat2, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows sparse `mat1` holds (in order) and those rows of mat1 @ mat2."""
+    m1 = mat1.coalesce()
+    if m1._nnz() == 0:
+        return m1._indices()[0], _dense_zeros((0, mat2.shape[1]), mat2, dtype)
+    rows, cols = m1._indices()
+    group, first, count = _groups(rows)
+    contributions = _promoted(m1._values(), dtype).unsqueeze(1) * _promoted(mat2, dtype)[cols]
+    return rows[first], _dense_zeros((count, mat2.shape[1]), mat2, dtype).index_add_(0, group, contributions)
+
+
+def _hspmm(mat1, mat2) -> torch.Tensor:
+    """mat1 @ mat2 as a hybrid COO tensor (one sparse dimension): the rows mat1 holds."""
+    torch._check(mat1.is_sparse and mat1.dim() == 2 and mat1.dense_dim() == 0 and not mat2.is_sparse
+                 and mat2.dim() == 2 and mat1.shape[1] == mat2.shape[0], lambda: (
+                     f"hspmm: a 2-D sparse mat1 and a dense 2-D mat2 that multiply expected, got {list(mat1.shape)} "
+                     f"and {list(mat2.shape)}"))
+    rows, product = _held_rows_product(mat1, mat2, torch.result_type(mat1, mat2))
+    return _make(1, 1, (mat1.shape[0], mat2.shape[1]), rows.unsqueeze(0).clone(), product, False)
+
+
+@sparse_kernel(aten.hspmm.default)
+def hspmm(mat1, mat2):
+    return _hspmm(mat1, mat2)
+
+
+@sparse_kernel(aten.hspmm.out)
+def hspmm_out(mat1, mat2, *, out):
+    return _into(out, _hspmm(mat1, mat2))
 
 
 @sparse_kernel(aten.sspaddmm.out)
