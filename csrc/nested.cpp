@@ -113,7 +113,7 @@ at::Tensor buffer_rows(const at::Tensor& nested, int64_t n) {
 std::tuple<at::Tensor, at::Tensor, at::Tensor> nested_layer_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
                                                                   const std::optional<at::Tensor>& weight,
                                                                   const std::optional<at::Tensor>& bias, double eps) {
-  TORCH_CHECK(weight && bias, "NestedTensor layer_norm requires weight and bias");
+  TORCH_CHECK(weight && weight->defined() && bias && bias->defined(), "NestedTensor layer_norm requires weight and bias");
   auto* impl = at::native::get_nested_tensor_impl(input);
   const int64_t n = at::native::_check_nested_layer_norm_inputs(*impl, normalized_shape, *weight, *bias).second;
   auto [out, mean, rstd] = at::native_layer_norm(buffer_rows(input, n), {n}, weight->reshape({n}), bias->reshape({n}), eps);
