@@ -340,10 +340,11 @@ def _group_of(self: torch.Tensor, dim: int) -> tuple[torch.Tensor, int]:
 
 
 def _segment(values: torch.Tensor, group: torch.Tensor, count: int, reduce: str) -> torch.Tensor:
+    """Each group's sum or maximum of `values` (one row per entry): a segment reduction."""
     shape = (count, *values.shape[1:])
-    index = group.view(-1, *([1] * (values.dim() - 1))).expand(values.shape)
     if reduce == "sum":
         return _dense_zeros(shape, values).index_add_(0, group, values)
+    index = group.view(-1, *([1] * (values.dim() - 1))).expand(values.shape)
     start = torch.full(shape, float("-inf"), dtype=values.dtype, device=values.device)
     return start.scatter_reduce_(0, index, values, "amax", include_self=True)
 
