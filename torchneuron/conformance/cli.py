@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import report
+from . import layouts, report
 from .report import DEFAULT_VARIANTS, VARIANTS
 
 DEFAULT_DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "bool", "complex64")
@@ -28,6 +28,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="what to compare (default: all but errors); `--variants errors` for error parity alone")
     p.add_argument("--no-backward", action="store_true", help="skip gradient checks (reverse and forward mode)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--layouts", nargs="+", choices=sorted(layouts.LAYOUTS), metavar="LAYOUT",
+                   help="run PyTorch's sparse OpInfo samples of these layouts instead (sparse_coo sparse_csr ...; "
+                        "the report is layouts.md)")
     p.add_argument("--from-records", type=Path, nargs="+", metavar="JSONL",
                    help="write the report from (partial) runs' records.jsonl instead of running; with "
                         "several files a later record replaces an earlier one of the same op and dtype")
@@ -147,6 +150,12 @@ def report_from_records(paths: list[Path], out: Path, command: str) -> dict:
 def main(argv=None) -> None:
     args = _parser().parse_args(argv)
     argv = sys.argv[1:] if argv is None else argv
+    if args.layouts:
+        records = layouts.run(args.layouts, args.dtypes if args.dtypes != list(DEFAULT_DTYPES) else ["float32"],
+                              min(args.max_samples, 3), args.out, args.timeout * 20)
+        counts = {s: sum(r["status"] == s for r in records) for s in dict.fromkeys(r["status"] for r in records)}
+        print(f"{len(records)} records by layout: {counts}; report in {args.out}/layouts.md")
+        return
     if args.from_records:
         summary = report_from_records(args.from_records, args.out, "torchneuron-conformance " + shlex.join(argv))
     else:
