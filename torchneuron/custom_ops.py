@@ -33,9 +33,6 @@ from .runtime.dtypes import to_jax, to_torch
 
 __all__ = ["jax_op"]
 
-# namespace -> the Library our neuron kernels are registered through (kept alive here)
-_LIBRARIES: dict[str, torch.library.Library] = {}
-
 
 def jax_op(name: str, fn: Callable | None = None, /, *, mutates_args: Iterable[str] = (),
            schema: str | None = None):
@@ -82,10 +79,7 @@ def _define(name: str, fn: Callable, schema: str):
     op_def.register_kernel("cpu")(cpu_kernel)
     op_def.register_fake(_fake_kernel(name, fn, n_returns))
     lowers(op, user_code=True)(_checked(name, fn, n_returns))
-    library = _LIBRARIES.get(namespace)
-    if library is None:
-        library = _LIBRARIES[namespace] = torch.library.Library(namespace, "IMPL")
-    library.impl(opname, kernels.make_kernel(op), "PrivateUse1")
+    kernels.register_kernel(op)
     return op_def
 
 

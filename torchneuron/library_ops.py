@@ -13,8 +13,6 @@ import torch
 from .eager import kernels
 from .lowering import LOWERINGS, linalg, lowers
 
-_LIBRARIES: dict = {}  # namespace -> Library (kept alive: its registrations last as long as it does)
-
 TRANSFORMERS_MOE = {
     "grouped_mm_fallback": linalg.grouped_rows_mm,
     "grouped_mm_fallback_backward": linalg.grouped_rows_mm_backward,
@@ -30,6 +28,4 @@ def lower_transformers_moe(module=None) -> None:
         if packet is None or packet.default in LOWERINGS:
             continue
         lowers(packet.default)(fn)
-        if "transformers" not in _LIBRARIES:
-            _LIBRARIES["transformers"] = torch.library.Library("transformers", "IMPL")
-        _LIBRARIES["transformers"].impl(name, kernels.make_kernel(packet.default), "PrivateUse1")
+        kernels.register_kernel(packet.default)

@@ -100,7 +100,7 @@ def test_a_dynamic_kv_cache_attention_runs_bucketed_equal_to_cpu():
 
 
 def _bucketed_executables(op) -> int:
-    plans = {id(p): p for p in buckets.PLANS.values() if isinstance(p, buckets.BucketedPlan) and p.op is op}
+    plans = {id(p): p for p in buckets.BUCKETED_PLANS.values() if isinstance(p, buckets.BucketedPlan) and p.op is op}
     return sum(len(p.function.signatures) for p in plans.values())
 
 

@@ -63,7 +63,7 @@ EXACT_AFTER = 128
 _SERVED_LIMIT = 8192  # (cleared past it: a count lost only delays a size's own plan)
 _SERVED: dict = {}  # exact plan key -> calls served padded
 tables.register("bucket calls served", _SERVED.__len__, _SERVED_LIMIT)
-FAMILIES = tables.BoundedTable("bucket families", 4096)  # family key -> its streams
+FAMILY_STREAMS = tables.BoundedTable("bucket families", 4096)  # family key -> its streams
 
 
 def _forget_plan(key, plan) -> None:
@@ -72,7 +72,7 @@ def _forget_plan(key, plan) -> None:
 
 
 # bucket key -> BucketedPlan, or the reason the op refused to run padded
-PLANS = tables.BoundedTable("bucketed plans", 4096, on_drop=_forget_plan)
+BUCKETED_PLANS = tables.BoundedTable("bucketed plans", 4096, on_drop=_forget_plan)
 STATS = collections.Counter()  # calls, plans, refused
 
 
@@ -106,7 +106,7 @@ class _Stream:
         return len(self.sizes) == 1 and self.epochs >= STILL_SEGMENTS
 
 
-STREAMS = 8  # ways one family's sizes vary at once (a cache's keys and values, layers of two widths)
+MAX_STREAMS = 8  # ways one family's sizes vary at once (a cache's keys and values, layers of two widths)
 # A stream that met at most FEW_SIZES sizes and went down OSCILLATES_AFTER times, at least once in
 # DROP_RATE calls, is a loop over fixed sizes: its calls run at exact sizes (their own plans, no
 # padding, no segment cuts).
@@ -190,7 +190,7 @@ def _stream_for(streams: list, sizes, owners, may_vary) -> _Stream | None:
     if _learn(nearest, sizes, owners, may_vary):
         nearest.last = sizes
         return None
-    if len(streams) >= STREAMS:
+    if len(streams) >= MAX_STREAMS:
         streams.pop(0)
     streams.append(_Stream(sizes))
     return None
@@ -231,9 +231,9 @@ def run(schema: OpSchema, args, kwargs, desc: CallDescription):
     _SERVED[exact_key] = served + 1
     family_key, sizes, may_vary = structure
     family_key = (schema.op, family_key, desc.index)
-    streams = FAMILIES.get(family_key)
+    streams = FAMILY_STREAMS.get(family_key)
     if streams is None:
-        FAMILIES.add(family_key, [_Stream(sizes)])
+        FAMILY_STREAMS.add(family_key, [_Stream(sizes)])
         return _refuse("the first call of its kind")
     ranks = [t.dim() for t in desc.tensors]
     owners = [i for i, r in enumerate(ranks) for _ in range(r)]
@@ -263,13 +263,13 @@ def run(schema: OpSchema, args, kwargs, desc: CallDescription):
                     for t, v in zip(desc.tensors, varying))
     # (the mask too: two streams of a family can pad to the same sizes along different axes)
     key = (family_key, padded, stream.mask, statics, tuple(desc.scalars) if schema.static_scalars else None)
-    plan = PLANS.get(key, _MISSING)
+    plan = BUCKETED_PLANS.get(key, _MISSING)
     if plan is _MISSING:
         plan = _build(schema, args, kwargs, desc, shapes, varying)
-        PLANS.add(key, plan)
+        BUCKETED_PLANS.add(key, plan)
         if isinstance(plan, BucketedPlan):
             STATS["plans"] += 1
-            executables.when_empty(plan.function, functools.partial(PLANS.discard, key, plan), key)
+            executables.when_empty(plan.function, functools.partial(BUCKETED_PLANS.discard, key, plan), key)
             if "recompiles" in config.LOG:
                 growing = ", ".join(f"tensor {i} dim {d}" for i, v in enumerate(varying) for d, g in enumerate(v) if g)
                 print(f"torchneuron recompile: {schema.op} for shapes {[list(t.shape) for t in desc.tensors]} "

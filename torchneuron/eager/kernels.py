@@ -21,6 +21,9 @@ from .schema import inplace_packets, parse
 aten = torch.ops.aten
 _lib = torch.library.Library("aten", "IMPL")
 _fallback_lib = torch.library.Library("_", "IMPL")
+# namespace -> the Library the neuron kernels of its ops go through (kept alive here: its registrations
+# last as long as it does)
+_LIBRARIES: dict[str, torch.library.Library] = {"aten": _lib}
 
 
 def _has_kernel(op, key: str) -> bool:
@@ -37,6 +40,15 @@ def make_kernel(op):
 
     kernel.__name__ = f"neuron_{op.name()}"
     return kernel
+
+
+def register_kernel(op) -> None:
+    """Register the driver's neuron kernel for `op`, an overload of any namespace (jax_op's custom ops,
+    transformers' ops)."""
+    library = _LIBRARIES.get(op.namespace)
+    if library is None:
+        library = _LIBRARIES[op.namespace] = torch.library.Library(op.namespace, "IMPL")
+    library.impl(op, make_kernel(op), "PrivateUse1")
 
 
 def variants(functional) -> list:
