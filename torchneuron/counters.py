@@ -19,7 +19,7 @@ from .runtime.executables import cache_stats
 def compile_stats() -> dict:
     """torchneuron.compile.compile_stats (imported here only when asked: importing torchneuron leaves the
     compile backend unloaded until torch.compile first needs it)."""
-    from .compile.backend import compile_stats
+    from .compile import compile_stats
 
     return compile_stats()
 

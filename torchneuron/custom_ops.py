@@ -98,6 +98,23 @@ def _autograd_kernel(op_def: _JaxOpDef) -> Callable:
     registered setup_context and backward), with the Function's `jvp` added, so dual tensors
     (torch.autograd.forward_ad, torch.func.jvp) get tangents."""
     op = op_def._opoverload
+    function = _autograd_function(op_def)
+
+    def kernel(keyset, *args, **keywords):
+        if _differentiable_call(args, forward_ad=op_def._jvp_op is not None):
+            # Under torch.func the call arrives here already at its transform's level: apply the
+            # Function as plain autograd there, not through functorch's custom_function_call again.
+            return _plain_apply(function, keyset, keywords, *args)
+        with torch._C._AutoDispatchBelowAutograd():
+            return op.redispatch(keyset & torch._C._after_autograd_keyset, *args, **keywords)
+
+    return kernel
+
+
+def _autograd_function(op_def: _JaxOpDef) -> type[torch.autograd.Function]:
+    """The op as an autograd.Function: forward redispatches below autograd, setup_context and
+    backward are the registered ones, jvp the op's forward-mode formula."""
+    op = op_def._opoverload
     schema = op._schema
     keyword_only = torch._library.utils.has_kwarg_only_args(schema)
     tensor_positions = [i for i, a in enumerate(a for a in schema.arguments if not a.kwarg_only)
@@ -145,15 +162,7 @@ def _autograd_kernel(op_def: _JaxOpDef) -> Callable:
             with torch.no_grad():  # tangents are not differentiated again
                 return op_def._jvp_op(*tangents, *args, **keywords)
 
-    def kernel(keyset, *args, **keywords):
-        if _differentiable_call(args, forward_ad=op_def._jvp_op is not None):
-            # Under torch.func the call arrives here already at its transform's level: apply the
-            # Function as plain autograd there, not through functorch's custom_function_call again.
-            return _plain_apply(Function, keyset, keywords, *args)
-        with torch._C._AutoDispatchBelowAutograd():
-            return op.redispatch(keyset & torch._C._after_autograd_keyset, *args, **keywords)
-
-    return kernel
+    return Function
 
 
 def _plain_apply(function, *args):

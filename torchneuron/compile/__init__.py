@@ -1,7 +1,8 @@
 """`torch.compile(model, backend="neuron")`: AOTAutograd graphs -> the lowering table -> one XLA
 executable per graph."""
 from . import optimizers
-from .backend import compile_stats, neuron_backend
+from .backend import neuron_backend
+from .recompiles import compile_stats
 
 optimizers.install()
 

@@ -68,13 +68,16 @@ def compile_graph(gm: torch.fx.GraphModule, name: str, graph_class):
     if mesh is None:
         return None
 
-    class _Graph(graph_class):
-        def _call(self, node, env, mutations, base_key, rng, random_index, sizes):
+    class _Interpreter(graph_class.interpreter_class):
+        def call(self, node, env, mutations, base_key, rng, random_index, sizes):
             if node.target in SPMD:
                 return SPMD[node.target](*torch.fx.map_arg(node.args, env.__getitem__))
             if node.target is _F.wait_tensor.default:
                 return env[node.args[0]]
-            return super()._call(node, env, mutations, base_key, rng, random_index, sizes)
+            return super().call(node, env, mutations, base_key, rng, random_index, sizes)
+
+    class _Graph(graph_class):
+        interpreter_class = _Interpreter
 
     graph = _Graph(gm, name)
     if graph.random_nodes or graph.bucketing is not None:
@@ -103,7 +106,7 @@ class SpmdGraph:
             failure = blocks.pop()[0] if graph.checked else None  # the core's device-side failure word
             for i in arrays_at:
                 inputs[i] = blocks.pop(0)[0]
-            outputs, mutated, failure = graph._evaluate(inputs, None, None, failure)
+            outputs, mutated, failure = graph.interpreter.evaluate(inputs, None, None, failure)
             arrays = [o for o in outputs if isinstance(o, jax.Array)]
             shapes["outputs"] = [_ARRAY if isinstance(o, jax.Array) else o for o in outputs]
             return [a[None] for a in arrays + list(mutated) + ([failure] if graph.checked else [])]
@@ -148,7 +151,7 @@ class SpmdGraph:
         arrays = iter(results)
         for static in shapes["outputs"]:
             outputs.append(transfer.new_from_value(next(arrays), device) if static is _ARRAY else static)
-        for index, new in zip(self.graph.mutated_inputs, arrays):
+        for index, new in zip(self.graph.interpreter.mutated_inputs, arrays):
             target = inputs[index]
             if target.device.type != "neuron":
                 target.copy_(torch.from_numpy(np.asarray(new)))

@@ -211,24 +211,15 @@ def _padded_sizes(stream: _Stream, sizes):
 
 def run(schema: OpSchema, args, kwargs, desc: CallDescription):
     """Run a call with no exact plan yet at its size's bucket; NOT_BUCKETED where it cannot."""
-    if not config.EAGER_BUCKETS:
-        return _refuse("eager bucketing is off (TORCHNEURON_EAGER_BUCKETS=0)")
-    if deferred._capture["recording"] is not None:
-        return _refuse("graph captures run exact sizes")
-    if schema.written or schema.functional is not schema.op:
-        return _refuse("the op writes its arguments (in-place or out=)")
-    if desc.index < 0 or not desc.tensors:
-        return _refuse("no neuron tensor")
+    why = _why_exact(schema, desc)
+    if why is not None:
+        return _refuse(why)
     structure = _structure(desc)
     if structure is None:
         return _refuse("a CPU scalar tensor, a storage shared between arguments or a conj/neg view")
-    exact_key = tuple(desc.key)
-    served = _SERVED.get(exact_key, 0)
-    if served >= EXACT_AFTER:  # a size that keeps coming back: its exact plan (no gathers) pays
-        return _refuse(f"this exact signature ran padded {EXACT_AFTER} times: it gets its own plan")
-    if len(_SERVED) >= _SERVED_LIMIT:
-        _SERVED.clear()
-    _SERVED[exact_key] = served + 1
+    why = _count_served(tuple(desc.key))
+    if why is not None:
+        return _refuse(why)
     family_key, sizes, may_vary = structure
     family_key = (schema.op, family_key, desc.index)
     streams = FAMILY_STREAMS.get(family_key)
@@ -239,46 +230,87 @@ def run(schema: OpSchema, args, kwargs, desc: CallDescription):
     owners = [i for i, r in enumerate(ranks) for _ in range(r)]
     stream = _stream_for(streams, sizes, owners, may_vary)
     padded = None if stream is None else _padded_sizes(stream, sizes)
-    if stream is None:
-        return _refuse("its sizes did not grow together by one amount since a call of its kind")
-    if stream.oscillates():
-        return _refuse("its sizes go down as well as up (a loop over a few fixed sizes, not a growing one)")
-    if stream.stands_still():
-        return _refuse(f"it met one size only, in {STILL_SEGMENTS} fused segments (a fixed size, not a growing one)")
-    if padded is None:
-        return _refuse("a growing size below 2")
+    why = _why_not_growing(stream, padded)
+    if why is not None:
+        return _refuse(why)
     if schema.op is aten.cat.default:
         padded = _cat_at_bucket(args, kwargs, ranks, sizes, padded, stream.mask)
-    shapes, k = [], 0
-    for r in ranks:
-        shapes.append(padded[k:k + r])
-        k += r
-    varying, k = [], 0
-    for r in ranks:
-        varying.append(stream.mask[k:k + r])
-        k += r
+    shapes, varying = _per_tensor(padded, ranks), _per_tensor(stream.mask, ranks)
     # (strides of size-1 dimensions left out: a cache's new keys and values, one contiguous and one
     # a transposed view, share a plan; no address depends on them)
     statics = tuple(None if any(v) else (canonical_stride(t.shape, t.stride()), t.storage_offset())
                     for t, v in zip(desc.tensors, varying))
     # (the mask too: two streams of a family can pad to the same sizes along different axes)
     key = (family_key, padded, stream.mask, statics, tuple(desc.scalars) if schema.static_scalars else None)
-    plan = BUCKETED_PLANS.get(key, _MISSING)
-    if plan is _MISSING:
-        plan = _build(schema, args, kwargs, desc, shapes, varying)
-        BUCKETED_PLANS.add(key, plan)
-        if isinstance(plan, BucketedPlan):
-            STATS["plans"] += 1
-            executables.when_empty(plan.function, functools.partial(BUCKETED_PLANS.discard, key, plan), key)
-            if "recompiles" in config.LOG:
-                growing = ", ".join(f"tensor {i} dim {d}" for i, v in enumerate(varying) for d, g in enumerate(v) if g)
-                print(f"torchneuron recompile: {schema.op} for shapes {[list(t.shape) for t in desc.tensors]} "
-                      f"(growing: {growing}): bucketed, runs at {[list(x) for x in shapes]}", file=sys.stderr)
-        else:
-            STATS["refused"] += 1
+    plan = _bucketed_plan(key, schema, args, kwargs, desc, shapes, varying)
     if not isinstance(plan, BucketedPlan):
         return _refuse(plan)
     return plan.run(args, kwargs, desc)
+
+
+def _why_exact(schema: OpSchema, desc: CallDescription) -> str | None:
+    """Why this call runs at its exact sizes whatever its sizes did, or None."""
+    if not config.EAGER_BUCKETS:
+        return "eager bucketing is off (TORCHNEURON_EAGER_BUCKETS=0)"
+    if deferred._capture["recording"] is not None:
+        return "graph captures run exact sizes"
+    if schema.written or schema.functional is not schema.op:
+        return "the op writes its arguments (in-place or out=)"
+    if desc.index < 0 or not desc.tensors:
+        return "no neuron tensor"
+    return None
+
+
+def _count_served(exact_key) -> str | None:
+    """Count one more call of this exact signature served padded; why it now gets its own plan, or None."""
+    served = _SERVED.get(exact_key, 0)
+    if served >= EXACT_AFTER:  # a size that keeps coming back: its exact plan (no gathers) pays
+        return f"this exact signature ran padded {EXACT_AFTER} times: it gets its own plan"
+    if len(_SERVED) >= _SERVED_LIMIT:
+        _SERVED.clear()
+    _SERVED[exact_key] = served + 1
+    return None
+
+
+def _why_not_growing(stream, padded) -> str | None:
+    """Why the sizes seen of a call's kind are not a growing one (with its padded sizes), or None."""
+    if stream is None:
+        return "its sizes did not grow together by one amount since a call of its kind"
+    if stream.oscillates():
+        return "its sizes go down as well as up (a loop over a few fixed sizes, not a growing one)"
+    if stream.stands_still():
+        return f"it met one size only, in {STILL_SEGMENTS} fused segments (a fixed size, not a growing one)"
+    if padded is None:
+        return "a growing size below 2"
+    return None
+
+
+def _per_tensor(values, ranks) -> list:
+    """A flat tuple over every tensor's dimensions, cut per tensor."""
+    cut, k = [], 0
+    for r in ranks:
+        cut.append(values[k:k + r])
+        k += r
+    return cut
+
+
+def _bucketed_plan(key, schema: OpSchema, args, kwargs, desc: CallDescription, shapes, varying):
+    """The BucketedPlan under `key`, built at its first call, or the reason the op refused to run padded."""
+    plan = BUCKETED_PLANS.get(key, _MISSING)
+    if plan is not _MISSING:
+        return plan
+    plan = _build(schema, args, kwargs, desc, shapes, varying)
+    BUCKETED_PLANS.add(key, plan)
+    if not isinstance(plan, BucketedPlan):
+        STATS["refused"] += 1
+        return plan
+    STATS["plans"] += 1
+    executables.when_empty(plan.function, functools.partial(BUCKETED_PLANS.discard, key, plan), key)
+    if "recompiles" in config.LOG:
+        growing = ", ".join(f"tensor {i} dim {d}" for i, v in enumerate(varying) for d, g in enumerate(v) if g)
+        print(f"torchneuron recompile: {schema.op} for shapes {[list(t.shape) for t in desc.tensors]} "
+              f"(growing: {growing}): bucketed, runs at {[list(x) for x in shapes]}", file=sys.stderr)
+    return plan
 
 
 def _cat_at_bucket(args, kwargs, ranks, sizes, padded, mask):
@@ -368,54 +400,50 @@ def _names_of(op, args, kwargs) -> dict:
     return names
 
 
+def _lowering_that_pads(op):
+    """`op`'s lowering where it may run padded; refused where there is none, or it is data dependent,
+    a user's, graph-only or checked on the device."""
+    lowering = record_of(op).lowering
+    if lowering is None or lowering.data_dependent or lowering.user_code or lowering.graph_only or (
+            lowering.checks and config.DEVICE_ASSERTS):
+        raise _Refused("no lowering that runs padded (none, data dependent, a user's, or device-checked)")
+    return lowering
+
+
+def _rows_to_widen(tensors, shapes, varying) -> list:
+    """Per tensor read row by row: (its index, the elements it reads, the room a shorter buffer is
+    widened to first: its bucket's, which a cache's buffer has on every later step)."""
+    widen = []
+    for i, (shape, varies) in enumerate(zip(shapes, varying)):
+        grows = [d for d, v in enumerate(varies) if v]
+        if len(grows) == 1:
+            outer, size, inner = _rows(shape, grows[0])
+            widen.append((i, outer * size * inner, outer * padding.bucket(size) * inner,
+                          np.dtype(to_jax(tensors[i].dtype))))
+    return widen
+
+
 class BucketedPlan:
     """One op at one bucket of its varying size: a program over the arguments' buffers and a vector
     of their true sizes (and the results'), making each result in a buffer of its padded size."""
 
     def __init__(self, schema: OpSchema, args, kwargs, desc: CallDescription, shapes, varying):
         op = schema.op
-        lowering = record_of(op).lowering
-        if lowering is None or lowering.data_dependent or lowering.user_code or lowering.graph_only or (
-                lowering.checks and config.DEVICE_ASSERTS):
-            raise _Refused("no lowering that runs padded (none, data dependent, a user's, or device-checked)")
+        lowering = _lowering_that_pads(op)
         self.schema, self.op, self.lowering = schema, op, lowering
         self.shapes, self.varying = shapes, varying
         tensors = desc.tensors
         self.dtypes = [t.dtype for t in tensors]
         self.layouts = [None if any(v) else Layout(tuple(t.shape), tuple(t.stride()), t.storage_offset())
                         for t, v in zip(tensors, varying)]
-        # per tensor read row by row: (its index, the elements it reads, the room a shorter buffer
-        # is widened to first: its bucket's, which a cache's buffer has on every later step)
-        self.widen = []
-        for i, (shape, varies) in enumerate(zip(shapes, varying)):
-            grows = [d for d, v in enumerate(varies) if v]
-            if len(grows) == 1:
-                outer, size, inner = _rows(shape, grows[0])
-                self.widen.append((i, outer * size * inner, outer * padding.bucket(size) * inner,
-                                   np.dtype(to_jax(tensors[i].dtype))))
+        self.widen = _rows_to_widen(tensors, shapes, varying)
         self.template_args, self.template_kwargs = template_of(schema, args, kwargs)
         if draws_random(lowering, op, self.template_args, self.template_kwargs):
             raise _Refused("it draws random numbers")
         self.static_scalars = list(desc.scalars) if lowering.static_scalars else None
         margs, mkwargs = _replace_tensors(args, kwargs, lambda i, t: torch.empty_strided(
             shapes[i], contiguous_stride(shapes[i]) if any(varying[i]) else t.stride(), dtype=t.dtype, device="meta"))
-        try:
-            padded_out = run_meta(op, margs, mkwargs)
-        except _META_ERRORS as e:  # a padded call the meta kernel refuses: run at exact sizes
-            raise _Refused(f"its meta kernel refuses the padded sizes: {e}") from e
-        outs = padded_out if len(op._schema.returns) > 1 else (padded_out,)
-        self.results = []  # per return: ("tensor", padded shape, dtype) | ("int",) | ("none",)
-        for alias, out in zip(schema.return_aliases, outs):
-            if alias is not None or isinstance(out, (list, tuple)):
-                raise _Refused("it returns a view or a list")
-            if isinstance(out, torch.Tensor):
-                self.results.append(("tensor", tuple(out.shape), out.dtype))
-            elif isinstance(out, (int, torch.SymInt)) and not isinstance(out, bool):
-                self.results.append(("int",))
-            elif out is None:
-                self.results.append(("none",))
-            else:
-                raise _Refused(f"it returns a {type(out).__name__}")
+        padded_out, outs = self._run_padded_meta(margs, mkwargs)
         self.result_axes = _result_axes(op, args, kwargs, outs, shapes, varying)
         self.compute_dtype = calling.compute_dtype(lowering, schema.names, margs, mkwargs)
         self.layout_flags = calling.static_flags(op, lowering, margs, mkwargs, padded_out)
@@ -427,38 +455,67 @@ class BucketedPlan:
         if op is aten.cat.default:
             if any(t.numel() == 0 for t in tensors):
                 raise _Refused("an empty operand (cat skips those whatever their shape)")
-            call = padding.bind(op, margs, mkwargs)
-            self.cat_dim = call["dim"] % len(shapes[0])
+            self.cat_dim = padding.bind(op, margs, mkwargs)["dim"] % len(shapes[0])
         else:
-            rule = padding.padding_of(op, margs, mkwargs)
-            if rule is None:
-                raise _Refused("no padding rule (lowering/padding.py) says it is exact on padded operands")
-            for name, axes in rule.exact:
-                if any(varying[i][a] for i in self.names.get(name, ()) for a in axes if a < len(varying[i])):
-                    raise _Refused(f"its padding rule forbids padding {name!r} along the growing axis")
-            for fill in rule.fills:
-                for i in self.names.get(fill.operand, ()):
-                    axes = tuple(a for a in fill.axes if a < len(varying[i]) and varying[i][a])
-                    if axes:
-                        self.fills.append((i, axes, fill.value))
-            if rule.masked is not None:
-                self.masked = rule
-                i = self.names[rule.counted][0]
-                self.counted = [(i, a) for a in rule.counted_axes if varying[i][a]]
+            self._follow_padding_rule(padding.padding_of(op, margs, mkwargs))
         # the sizes vector: every dimension of every tensor argument, then of every tensor result
         self.n_tensors = len(tensors)
         self.growing_at = _growing_at(varying, self.results, self.result_axes)
-        # named by everything the program depends on besides its buffers: the persistent cache
-        # loads it in a later process without tracing it
-        layouts = [None if lay is None else lay._replace(stride=canonical_stride(lay.shape, lay.stride)) for lay in self.layouts]
-        identity = repr(("bucketed", str(op), self.shapes, self.varying, self.dtypes, layouts,
-                         self.template_args, self.template_kwargs, self.static_scalars, self.results,
-                         self.compute_dtype, self.layout_flags, self.cat_dim, self.fills, self.counted,
-                         self.masked is not None))
-        self.function = executables.Function(self._body, "eager", f"{op} (bucketed)", identity=identity)
+        self.function = executables.Function(self._body, "eager", f"{op} (bucketed)", identity=self._identity())
         self.prototypes = [torch.empty(0, dtype=r[2], device=desc.device) if r[0] == "tensor" else None
                            for r in self.results]
         self._seen: dict = {}  # (argument sizes, scalars) -> _true_results
+
+    def _run_padded_meta(self, margs, mkwargs):
+        """The meta kernel at the padded sizes: its outputs (and as a tuple), each return noted in
+        self.results as ("tensor", padded shape, dtype), ("int",) or ("none",)."""
+        try:
+            padded_out = run_meta(self.op, margs, mkwargs)
+        except _META_ERRORS as e:  # a padded call the meta kernel refuses: run at exact sizes
+            raise _Refused(f"its meta kernel refuses the padded sizes: {e}") from e
+        outs = padded_out if len(self.op._schema.returns) > 1 else (padded_out,)
+        self.results = []
+        for alias, out in zip(self.schema.return_aliases, outs):
+            if alias is not None or isinstance(out, (list, tuple)):
+                raise _Refused("it returns a view or a list")
+            if isinstance(out, torch.Tensor):
+                self.results.append(("tensor", tuple(out.shape), out.dtype))
+            elif isinstance(out, (int, torch.SymInt)) and not isinstance(out, bool):
+                self.results.append(("int",))
+            elif out is None:
+                self.results.append(("none",))
+            else:
+                raise _Refused(f"it returns a {type(out).__name__}")
+        return padded_out, outs
+
+    def _follow_padding_rule(self, rule) -> None:
+        """What the op's padding rule asks of its padded operands: refused where an operand must not
+        grow, the fills of the padding, the mask of a counted reduction."""
+        if rule is None:
+            raise _Refused("no padding rule (lowering/padding.py) says it is exact on padded operands")
+        varying = self.varying
+        for name, axes in rule.exact:
+            if any(varying[i][a] for i in self.names.get(name, ()) for a in axes if a < len(varying[i])):
+                raise _Refused(f"its padding rule forbids padding {name!r} along the growing axis")
+        for fill in rule.fills:
+            for i in self.names.get(fill.operand, ()):
+                axes = tuple(a for a in fill.axes if a < len(varying[i]) and varying[i][a])
+                if axes:
+                    self.fills.append((i, axes, fill.value))
+        if rule.masked is not None:
+            self.masked = rule
+            i = self.names[rule.counted][0]
+            self.counted = [(i, a) for a in rule.counted_axes if varying[i][a]]
+
+    def _identity(self) -> str:
+        """Everything the program depends on besides its buffers: the persistent cache loads it by
+        this name in a later process without tracing it."""
+        layouts = [None if lay is None else lay._replace(stride=canonical_stride(lay.shape, lay.stride))
+                   for lay in self.layouts]
+        return repr(("bucketed", str(self.op), self.shapes, self.varying, self.dtypes, layouts,
+                     self.template_args, self.template_kwargs, self.static_scalars, self.results,
+                     self.compute_dtype, self.layout_flags, self.cat_dim, self.fills, self.counted,
+                     self.masked is not None))
 
     # ------------------------------------------------------------ tracing
     def _body(self, *flat):
@@ -752,4 +809,3 @@ def _write_padded(value, shape, true):
 def stats() -> dict:
     """Eager bucketing's counters: calls run padded, bucketed plans built, plans refused."""
     return {"bucketed_calls": STATS["calls"], "bucketed_plans": STATS["plans"], "bucketed_refused": STATS["refused"]}
-

@@ -106,37 +106,45 @@ def _run_in_one_pass(schema: OpSchema, plans: dict, args, kwargs):
     without a plan yet: `describe` handles those (and raises their errors), and keys a call as
     this pass does. A call without tensors (a factory: `arange`, `full`, its device a keyword)
     takes it when its plan is the simple kind."""
+    keyed = _key_in_one_pass(schema, args, kwargs)
+    if keyed is None:
+        return None
+    entries, handles, found, index, scalars, not_only_tensors = keyed
+    plan = plans.get(plan_key(schema, entries, index, scalars))
+    if plan is None or (index == NO_DEVICE and not plan.simple):
+        return None
+    if plan.simple:
+        for v in scalars:  # (a loop: a comprehension's frame costs more than one or two appends)
+            found.append(host_scalar(v))
+        return plan.run_buffers(found)
+    desc = CallDescription(schema.math_bits)
+    desc.key, desc.handles, desc.buffers, desc.index = entries, handles, found, index
+    desc.tensors = [t for t in args if isinstance(t, torch.Tensor) and t.get_device() >= 0] \
+        if not_only_tensors else args
+    desc.scalars = list(scalars)
+    for n, handle in enumerate(handles):
+        if handle:
+            desc.sharing.setdefault(handle, n)
+    return plan.execute(args, kwargs, desc)
+
+
+def _key_in_one_pass(schema: OpSchema, args, kwargs):
+    """The call's key entries as `describe` makes them, with its storages' handles and buffers, its
+    device index, its scalars and whether an argument is other than a neuron tensor; None where
+    `describe` must take the call."""
     entries, handles, found = [], [], []
-    shared = statics = host_tensors = False
+    shared = not_only_tensors = host_tensors = False
     scalars = ()
     index = NO_DEVICE
     bits = schema.math_bits
-    leading = schema.leading_operands
     for position, t in enumerate(args):
         if not isinstance(t, torch.Tensor):  # (parameters included)
-            kind = type(t)
-            if position >= leading:  # keyed as `describe` keys them
-                arg_kind = schema.kinds[position]
-                if arg_kind is Kind.STATIC:
-                    entries.append(tuple(t) if kind is list else t)
-                elif t is None and (arg_kind is Kind.TENSOR or arg_kind is Kind.SCALAR):
-                    entries.append(None)
-                elif arg_kind is Kind.SCALAR and (kind is float or kind is int or kind is bool):
-                    entries.append(kind)  # (`full`'s fill value, after its size)
-                    scalars = [*scalars, t]
-                else:
-                    return None
-                statics = True
-                continue
-            if t is None:  # an absent optional operand (attention's mask, nll_loss's weight)
-                entries.append(None)
-                statics = True
-                continue
-            if kind is not float and kind is not int and kind is not bool:
+            scalar = _key_host_argument(schema, position, t, entries)
+            if scalar is _REFUSED:
                 return None
-            # a Python scalar (`x * 1.001`, `x.pow(2)`), keyed as `describe` keys it
-            entries.append(kind if position in schema.scalar_args else ("py", kind))
-            scalars = [*scalars, t]
+            if scalar is not None:
+                scalars = [*scalars, scalar]
+            not_only_tensors = True
             continue
         i = t.get_device()
         if i != index:
@@ -144,7 +152,7 @@ def _run_in_one_pass(schema: OpSchema, plans: dict, args, kwargs):
                 # as `describe` takes it: a 0-dim CPU tensor the op reads is a traced scalar
                 if t.dim() or t.device.type != "cpu" or position in schema.written:
                     return None
-                host_tensors = True
+                host_tensors = not_only_tensors = True
                 entries.append(("cpu", t.dtype))
                 scalars = [*scalars, t.item()]
                 continue
@@ -165,36 +173,57 @@ def _run_in_one_pass(schema: OpSchema, plans: dict, args, kwargs):
         entries.append(tensor_key(t, first, bits))
     if index == NO_DEVICE and (host_tensors or not kwargs):
         return None  # (no neuron tensor: only a factory, whose device is a keyword, takes this path)
-    if kwargs:  # keyed after the positional arguments, name then value, as `describe` keys them
-        kinds = schema.kind_by_name
-        for name, value in kwargs.items():
-            arg_kind = kinds[name]
-            if arg_kind is Kind.STATIC:
-                entries.append(name)
-                entries.append(tuple(value) if type(value) is list else value)
-            elif value is None and (arg_kind is Kind.TENSOR or arg_kind is Kind.SCALAR):
-                entries.append(name)
-                entries.append(None)
-            else:
-                return None
+    if kwargs and not _key_keywords(schema, kwargs, entries):
+        return None
     if shared:
         entries.append(shared_offsets(t for t in args if isinstance(t, torch.Tensor) and t.get_device() >= 0))
-    plan = plans.get(plan_key(schema, entries, index, scalars))
-    if plan is None or (index == NO_DEVICE and not plan.simple):
+    return entries, handles, found, index, scalars, not_only_tensors
+
+
+_REFUSED = object()
+
+
+def _key_host_argument(schema: OpSchema, position: int, t, entries: list):
+    """Append the key entry of a non-tensor argument as `describe` keys it; returns the scalar the
+    program takes for it, None where it takes none, _REFUSED where `describe` must take the call."""
+    kind = type(t)
+    if position >= schema.leading_operands:
+        arg_kind = schema.kinds[position]
+        if arg_kind is Kind.STATIC:
+            entries.append(tuple(t) if kind is list else t)
+        elif t is None and (arg_kind is Kind.TENSOR or arg_kind is Kind.SCALAR):
+            entries.append(None)
+        elif arg_kind is Kind.SCALAR and (kind is float or kind is int or kind is bool):
+            entries.append(kind)  # (`full`'s fill value, after its size)
+            return t
+        else:
+            return _REFUSED
         return None
-    if plan.simple:
-        for v in scalars:  # (a loop: a comprehension's frame costs more than one or two appends)
-            found.append(host_scalar(v))
-        return plan.run_buffers(found)
-    desc = CallDescription(bits)
-    desc.key, desc.handles, desc.buffers, desc.index = entries, handles, found, index
-    desc.tensors = [t for t in args if isinstance(t, torch.Tensor) and t.get_device() >= 0] \
-        if scalars or statics else args
-    desc.scalars = list(scalars)
-    for n, handle in enumerate(handles):
-        if handle:
-            desc.sharing.setdefault(handle, n)
-    return plan.execute(args, kwargs, desc)
+    if t is None:  # an absent optional operand (attention's mask, nll_loss's weight)
+        entries.append(None)
+        return None
+    if kind is not float and kind is not int and kind is not bool:
+        return _REFUSED
+    # a Python scalar (`x * 1.001`, `x.pow(2)`)
+    entries.append(kind if position in schema.scalar_args else ("py", kind))
+    return t
+
+
+def _key_keywords(schema: OpSchema, kwargs: dict, entries: list) -> bool:
+    """Append the keyword arguments' entries after the positional ones, name then value, as `describe`
+    keys them; False where `describe` must take the call."""
+    kinds = schema.kind_by_name
+    for name, value in kwargs.items():
+        arg_kind = kinds[name]
+        if arg_kind is Kind.STATIC:
+            entries.append(name)
+            entries.append(tuple(value) if type(value) is list else value)
+        elif value is None and (arg_kind is Kind.TENSOR or arg_kind is Kind.SCALAR):
+            entries.append(name)
+            entries.append(None)
+        else:
+            return False
+    return True
 
 
 def _run_described(schema: OpSchema, plans: dict, args, kwargs, resized: bool = False):

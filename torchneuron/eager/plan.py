@@ -77,11 +77,59 @@ class Plan(PlanExecution):
         self.schema = schema
         self.op = schema.op
         self.resize = []
-        functional = schema.functional
-        lowering = record_of(functional).lowering
+        lowering = record_of(schema.functional).lowering
         if lowering is None:
             raise NotImplementedError(f"neuron has no lowering for {self.op}")
         self.lowering: Lowering = lowering
+        self._read_call(schema, args, kwargs, desc)
+        # (on the call's own tensors: their dtypes and shapes are the meta ones, and a plan read
+        # back from the store is checked too)
+        check_refusals(self.op, args, kwargs)
+        # What the meta kernel tells follows from the plan key: a later process reads it back.
+        stored_key = plan_store.key_for(schema, desc, lowering)
+        record = plan_store.load(stored_key)
+        if record is None:
+            meta_args, meta_kwargs = self._run_meta(args, kwargs, buffers)
+            if self.resize:  # (never kept: a call that resizes runs the meta kernel, and its warning, each time)
+                return
+        else:
+            self.meta_out, self.data_dependent = None, False
+
+        self.writes = self._writes()  # [(tensor index, functional return path)]
+        overlap.check(self.layouts, self.groups, {ti for ti, _ in self.writes},
+                      [d.itemsize for d in self.dtypes])
+        if record is None:
+            self._decide_results(meta_args, meta_kwargs)
+        else:
+            self.fresh, self.int_results, self.compute_dtype, self.layout_flags, identity = record
+        self._arrange_buffers(len(buffers))
+        self._arrange_returns()
+        self.random = draws_random(lowering, schema.functional, self.template_args, self.template_kwargs)
+        # the lowering checks conditions on the device: the device's failure word goes through the call
+        self.checked = lowering.checks and config.DEVICE_ASSERTS
+        # compiled per buffer signature, its executables in the runtime's bounded cache; unnamed
+        # (never loaded untraced, never shared): user code, which the name cannot cover
+        if record is None:
+            identity = None if lowering.user_code else self._identity(schema, desc)
+            if not self.data_dependent:
+                plan_store.store(stored_key, (self.fresh, self.int_results, self.compute_dtype, self.layout_flags,
+                                              identity))
+        # Results on the plan's device, always: a program whose arguments hold no device array (a
+        # factory: `arange`, `full`) or whose only one goes unread (`zero_`, `fill_`: XLA drops it)
+        # would otherwise run on the first core. (A plan's name holds its device.)
+        self.function = None if self.data_dependent else _program(identity, lambda: executables.Function(
+            self._body, "eager", str(self.op), donate_argnums=tuple(range(self.n_written)), identity=identity,
+            device=devices.jax_device(self.device.index)))
+        # The common call (nothing written, one fresh result, buffers in argument order) takes a
+        # shorter path: eager speed is decided by these few microseconds.
+        self.simple = (self.single_fresh is not None and not self.n_written and not self.random
+                       and self.in_order and self.function is not None and not self.traced_offsets
+                       and not self.traced_strides)
+        self.execute = self._execute_simple if self.simple else self.__call__
+
+    def _read_call(self, schema: OpSchema, args, kwargs, desc: CallDescription) -> None:
+        """What the call's arguments fix: its device, its tensors' layouts, dtypes and storage groups,
+        which offsets and strides the program takes as arguments, and the template of its arguments."""
         self.groups = _group_of(desc)
         tensors = desc.tensors
         self.device = desc.device if desc.device is not None else _factory_device(kwargs)
@@ -100,94 +148,66 @@ class Plan(PlanExecution):
             list(enumerate(args)) + [(schema.names.index(k), v) for k, v in kwargs.items()])
         self.dtypes = [t.dtype for t in tensors]
         self.bits = [(t.is_conj(), t.is_neg()) for t in tensors]
-        self.static_scalars = list(desc.scalars) if lowering.static_scalars else None
-
+        self.static_scalars = list(desc.scalars) if self.lowering.static_scalars else None
         self.template_args, self.template_kwargs = template_of(schema, args, kwargs)
-        # (on the call's own tensors: their dtypes and shapes are the meta ones, and a plan read
-        # back from the store is checked too)
-        check_refusals(self.op, args, kwargs)
-        # What the meta kernel tells follows from the plan key: a later process reads it back.
-        stored_key = plan_store.key_for(schema, desc, lowering)
-        record = plan_store.load(stored_key)
-        if record is None:
-            meta_args, meta_kwargs, meta_tensors = self._meta_call(args, kwargs, buffers)
-            if lowering.data_dependent:
-                self.meta_out = None
-                meta = record_of(self.op).meta
-                if meta is not None:  # for a data-dependent op, a check of its arguments
-                    meta(*meta_args, **meta_kwargs)
-            else:
-                self.meta_out = self._meta_outputs(meta_args, meta_kwargs)
-            # A meta kernel that cannot tell the output shape (x[mask]) makes this call data dependent
-            # (an op that returns nothing, an assert checked on the device, is not).
-            self.data_dependent = lowering.data_dependent or (
-                self.meta_out is None and not schema.written and bool(schema.list_returns))
 
-            # out= tensors whose size the op changes are resized first (PyTorch's resize_output).
-            for i, mt in enumerate(meta_tensors):
-                if mt is not None and (tuple(mt.shape) != self.layouts[i].shape
-                                       or tuple(mt.stride()) != self.layouts[i].stride):
-                    self.resize.append((i, tuple(mt.shape), tuple(mt.stride())))
-            if self.resize:  # (never kept: a call that resizes runs the meta kernel, and its warning, each time)
-                return
+    def _run_meta(self, args, kwargs, buffers):
+        """Run the meta kernel: the outputs' shapes (meta_out), whether the call is data dependent,
+        and the out= tensors to resize first. Returns the meta call's (args, kwargs)."""
+        meta_args, meta_kwargs, meta_tensors = self._meta_call(args, kwargs, buffers)
+        if self.lowering.data_dependent:
+            self.meta_out = None
+            meta = record_of(self.op).meta
+            if meta is not None:  # for a data-dependent op, a check of its arguments
+                meta(*meta_args, **meta_kwargs)
         else:
-            self.meta_out, self.data_dependent = None, False
+            self.meta_out = self._meta_outputs(meta_args, meta_kwargs)
+        # A meta kernel that cannot tell the output shape (x[mask]) makes this call data dependent
+        # (an op that returns nothing, an assert checked on the device, is not).
+        self.data_dependent = self.lowering.data_dependent or (
+            self.meta_out is None and not self.schema.written and bool(self.schema.list_returns))
+        # out= tensors whose size the op changes are resized first (PyTorch's resize_output).
+        for i, mt in enumerate(meta_tensors):
+            if mt is not None and (tuple(mt.shape) != self.layouts[i].shape
+                                   or tuple(mt.stride()) != self.layouts[i].stride):
+                self.resize.append((i, tuple(mt.shape), tuple(mt.stride())))
+        return meta_args, meta_kwargs
 
-        self.writes = self._writes()  # [(tensor index, functional return path)]
-        overlap.check(self.layouts, self.groups, {ti for ti, _ in self.writes},
-                      [d.itemsize for d in self.dtypes])
-        if record is None:
-            self.fresh = self._fresh()  # [(functional return path, Layout, dtype)]
-            # Integer results (fused attention's max_q/max_k) follow from the key: the meta kernel's.
-            self.int_results = self._int_results()
-            self.compute_dtype = self._compute_dtype(meta_args, meta_kwargs)
-            # Layouts are part of the plan key, so flags derived from them are fixed per plan.
-            self.layout_flags = calling.static_flags(functional, lowering, meta_args, meta_kwargs, self.meta_out)
-        else:
-            self.fresh, self.int_results, self.compute_dtype, self.layout_flags, identity = record
-        # empty tensors of each fresh output's dtype and device: new tensors are made from them
-        self.fresh_prototypes = [torch.empty(0, dtype=dt, device=self.device) for _, _, dt in self.fresh]
+    def _decide_results(self, meta_args, meta_kwargs) -> None:
+        """From the meta call: the fresh results, integer results, the dtype to compute in and the
+        lowering's layout flags (what a stored plan holds)."""
+        self.fresh = self._fresh()  # [(functional return path, Layout, dtype)]
+        # Integer results (fused attention's max_q/max_k) follow from the key: the meta kernel's.
+        self.int_results = self._int_results()
+        self.compute_dtype = self._compute_dtype(meta_args, meta_kwargs)
+        # Layouts are part of the plan key, so flags derived from them are fixed per plan.
+        self.layout_flags = calling.static_flags(self.schema.functional, self.lowering, meta_args, meta_kwargs,
+                                                 self.meta_out)
+
+    def _arrange_buffers(self, n_buffers: int) -> None:
+        """The program's arguments: the written storages' buffers first (donated), then the read ones."""
         self.written_groups = sorted({self.groups[ti] for ti, _ in self.writes})
-        self.read_groups = [g for g in range(len(buffers)) if g not in set(self.written_groups)]
+        self.read_groups = [g for g in range(n_buffers) if g not in set(self.written_groups)]
         # For each written group, the position of one of its tensors (to find its handle per call).
         self.written_tensor = [self.groups.index(g) for g in self.written_groups]
         # Flat positional arguments: JAX dispatches them several microseconds faster than pytrees.
-        n_written = len(self.written_groups)
-        self.n_written = n_written
+        self.n_written = len(self.written_groups)
         self.arg_groups = self.written_groups + self.read_groups
+        self.in_order = self.arg_groups == list(range(n_buffers))
+
+    def _arrange_returns(self) -> None:
+        """How results come back: prototypes of the fresh tensors, and the two common shapes of returns
+        that skip assembling them."""
+        # empty tensors of each fresh output's dtype and device: new tensors are made from them
+        self.fresh_prototypes = [torch.empty(0, dtype=dt, device=self.device) for _, _, dt in self.fresh]
+        returns = self.schema.return_aliases
         # The common call returns one fresh tensor: hand it back without assembling returns.
-        single = (len(schema.return_aliases) == 1 and schema.return_aliases[0] is None
-                  and [path for path, _, _ in self.fresh] == [(0,)])
+        single = (len(returns) == 1 and returns[0] is None and [path for path, _, _ in self.fresh] == [(0,)])
         lay = self.fresh[0][1] if single else None
         self.single_fresh = (lay.shape, lay.stride, self.fresh_prototypes[0], lay.numel > 0) if single else None
         # Every return a fresh tensor, in order (layer norm's output, mean and rstd): returned as made.
-        returns = schema.return_aliases
         self.fresh_in_order = (len(returns) > 1 and all(alias is None for alias in returns) and not self.int_results
                                and [path for path, _, _ in self.fresh] == [(r,) for r in range(len(returns))])
-        self.in_order = self.arg_groups == list(range(len(buffers)))
-        self.random = draws_random(lowering, functional, self.template_args, self.template_kwargs)
-        # the lowering checks conditions on the device: the device's failure word goes through the call
-        self.checked = lowering.checks and config.DEVICE_ASSERTS
-        # compiled per buffer signature, its executables in the runtime's bounded cache; unnamed
-        # (never loaded untraced, never shared): user code, which the name cannot cover
-        if record is None:
-            identity = None if lowering.user_code else self._identity(schema, desc)
-            if not self.data_dependent:
-                plan_store.store(stored_key, (self.fresh, self.int_results, self.compute_dtype, self.layout_flags,
-                                              identity))
-        # Results on the plan's device, always: a program whose arguments hold no device array (a
-        # factory: `arange`, `full`) or whose only one goes unread (`zero_`, `fill_`: XLA drops it)
-        # would otherwise run on the first core. (A plan's name holds its device.)
-        self.function = None if self.data_dependent else _program(identity, lambda: executables.Function(
-            self._body, "eager", str(self.op), donate_argnums=tuple(range(n_written)), identity=identity,
-            device=devices.jax_device(self.device.index)))
-        # The common call (nothing written, one fresh result, buffers in argument order) takes a
-        # shorter path: eager speed is decided by these few microseconds.
-        simple = (self.single_fresh is not None and not n_written and not self.random
-                  and self.in_order and self.function is not None and not self.traced_offsets
-                  and not self.traced_strides)
-        self.simple = simple
-        self.execute = self._execute_simple if simple else self.__call__
 
     def _identity(self, schema: OpSchema, desc: CallDescription) -> str:
         """Everything this plan's program depends on besides its buffers, as text: the op, its key
