@@ -58,6 +58,7 @@ def test_mlp_forward_and_backward(kwargs, inductor_calls):
         torch.testing.assert_close(p.grad.cpu(), p_cpu.grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
+@pytest.mark.slow  # 31 s here; test_mlp_forward_and_backward covers the routing, test_compile.py GPT through "neuron"
 def test_gpt_training_step(inductor_calls):
     # each compiled step as close to a float64 CPU step from the same state as CPU's float32 step
     # (testing/float64.py); AdamW: Dynamo makes it capturable, compiled as forward, backward, update

@@ -281,7 +281,8 @@ def test_memory_after_many_fused_steps_equals_strict():
     assert fused_memory == strict_memory
 
 
-@pytest.mark.parametrize("setting", [None, "fused", "strict"])
+# (each a fresh process, ~10-30 s here: None already gives fused, so naming fused is for the slow tier)
+@pytest.mark.parametrize("setting", [None, pytest.param("fused", marks=pytest.mark.slow), "strict"])
 def test_eager_mode_validates_and_is_set_by_the_environment(setting):
     """Fused by default; TORCHNEURON_EAGER names the mode; eager_mode refuses an unknown one."""
     with pytest.raises(ValueError, match="expected one of"), torchneuron.eager_mode("lazy"):

@@ -134,7 +134,8 @@ def _example(*argv, processes=1):
     return last_json(run_torchrun(EXAMPLE, "--steps", "6", *argv, processes=processes, env=env))
 
 
-@pytest.mark.parametrize("processes", [1, pytest.param(2, marks=pytest.mark.slow)])
+@pytest.mark.slow  # a subprocess (71 s here); the in-process accelerate test above covers prepare() in the default tier
+@pytest.mark.parametrize("processes", [1, 2])
 def test_accelerate_example_trains_as_on_cpu(processes):
     neuron, cpu = _example(processes=processes), _example("--cpu", processes=processes)
     assert neuron["device"].startswith("neuron") and neuron["processes"] == processes
