@@ -714,7 +714,7 @@ def _clamp_bounds(self, min=None, max=None, *, out=None):
 
 
 refuses(_clamp_bounds, aten.clamp.default, aten.clamp_.default, aten.clamp.out, aten.clamp.Tensor,
-                 aten.clamp_.Tensor)
+        aten.clamp_.Tensor, aten.clamp.Tensor_out)
 
 
 @lowers(aten.clamp.default, aten.clamp.Tensor, promote=DEFAULT, promote_args=("self", "min", "max"))
