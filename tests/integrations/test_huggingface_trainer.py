@@ -127,6 +127,7 @@ def _run_in_subprocess(output_dir, resume="", dropout=0.0):
     return last_json(run_code(_RUN, tests, output_dir, resume, dropout, env={"PYTHONPATH": str(tests.parents[1])}))
 
 
+@pytest.mark.slow  # two fresh processes (114 s here); the dropout test below resumes the same way in the default tier
 def test_resume_from_checkpoint_continues_the_same_loss_curve(tmp_path):
     uninterrupted = _run_in_subprocess(tmp_path / "full")  # also saves checkpoint-2 and checkpoint-4
     resumed = _run_in_subprocess(tmp_path / "resumed", resume=tmp_path / "full" / "checkpoint-2")
