@@ -151,6 +151,7 @@ def test_no_import_cycles():
 DRIVERS_OWN = {
     "torchneuron.eager.driver.PLANS": "the eager driver's plans per op (its cache)",
     "torchneuron.eager.kernels.REGISTERED": "the ops the eager driver gave a kernel",
+    "torchneuron.eager.fallback.STATS": "the CPU fallback's count per op (fallback_stats())",
     "torchneuron.eager.fallback.DECOMPOSITIONS": "PyTorch's Core ATen decompositions, the driver's copy",
     "torchneuron.compile.backend._DECOMPOSITIONS": "PyTorch's Core ATen decompositions less the lowered ops",
 }

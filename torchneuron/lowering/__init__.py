@@ -202,10 +202,11 @@ def out_from_functional(out: torch._ops.OpOverload, functional: torch._ops.OpOve
     record(out).out_from = functional
 
 
-def refused(reason: str, *packets: torch._ops.OpOverloadPacket) -> None:
-    """Neuron refuses every overload of `packets`, with `reason` (what to use instead)."""
-    for packet in packets:
-        for op in overloads(packet):
+def refused(reason: str, *targets: torch._ops.OpOverloadPacket | torch._ops.OpOverload) -> None:
+    """Neuron refuses each overload `targets` names (a packet: every overload of it), with `reason`
+    (what to use instead)."""
+    for target in targets:
+        for op in overloads(target) if isinstance(target, torch._ops.OpOverloadPacket) else (target,):
             record(op).refused = reason
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from . import aten, lowers
+from . import aten, lowers, refused
 
 
 def _fill(padding_value, dtype):
@@ -52,3 +52,8 @@ def padded_dense_to_jagged(dense, offsets, total_L=None):
     flat = dense.reshape((dense.shape[0] * dense.shape[1],) + dense.shape[2:])
     return flat[b * dense.shape[1] + i - offsets[b]]
 
+
+# The out= form's composite kernel fills a dense `out` from the nested result; on neuron that
+# crashes the process (testing/crash_sweep.py found it; CPU survives), so it is refused.
+refused("its composite kernel fills a dense out= tensor from a nested result, which neuron cannot; call "
+        "torch._nested_from_padded without out=", aten._nested_from_padded.out)
