@@ -22,10 +22,25 @@ _registered = False
 
 
 def _register() -> None:
+    """Wire the device into PyTorch once, in order: the device itself, the op kernels, then the
+    libraries that build on them and the hooks into other libraries."""
     global _registered
     if _registered:
         return
     _registered = True
+    _register_device()
+    _register_kernels()
+    _install_integrations()
+    from .eager import modes
+
+    modes.install()  # fused eager cuts its segments where optimizer steps end
+    if not config.AUTOGRAD_THREADS:
+        # Backward on the calling thread (the setting is per thread: this is the importing one).
+        torch.autograd.set_multithreading_enabled(False)
+
+
+def _register_device() -> None:
+    """The PrivateUse1 backend named neuron: cores, memory limits, torch.neuron, module and tensor methods."""
     if torch._C._get_privateuse1_backend_name() != "neuron":
         torch.utils.rename_privateuse1_backend("neuron")
     from .runtime import synchronize
@@ -51,6 +66,9 @@ def _register() -> None:
     module_moves.install()  # .to("neuron") keeps Parameter objects, as .cuda() does
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
 
+
+def _register_kernels() -> None:
+    """The lowering table's kernels, sparse, autocast, profiler, c10d backend, compile backend."""
     from .eager import kernels
     from .lowering import load_all
 
@@ -70,6 +88,11 @@ def _register() -> None:
     from . import rng_replay
 
     rng_replay.install()  # activation checkpointing's RNG replay on neuron tensors, op by op
+
+
+def _install_integrations() -> None:
+    """Hooks into accelerate, transformers and PyTorch's own Python modules, each run once (if
+    ever) the module it patches is imported."""
     from .integrations import huggingface
 
     huggingface.install()  # accelerate and transformers see neuron, once (if ever) they load
@@ -95,12 +118,6 @@ def _register() -> None:
 
     # jagged nested tensors' attention runs padded through the fused SDPA lowering
     huggingface.when_imported(nested.MODULE, nested.route_sdpa)
-    from .eager import modes
-
-    modes.install()  # fused eager cuts its segments where optimizer steps end
-    if not config.AUTOGRAD_THREADS:
-        # Backward on the calling thread (the setting is per thread: this is the importing one).
-        torch.autograd.set_multithreading_enabled(False)
 
 
 _register()

@@ -457,70 +457,74 @@ def _swap_trailing(work, k, a, b, rows):
     return jnp.where(trailing, work[perm][:, perm], work)
 
 
+def _ldl_choose_pivot(work, k, rows, sym, alpha):
+    """(kp, kstep, singular): LAPACK's pivot tests on column k of the trailing submatrix."""
+    absakk = sym.diagonal_size(work[k, k])
+    below = jnp.where(rows > k, sym.size(work[:, k]), -1)
+    imax = jnp.argmax(below)
+    colmax = jnp.maximum(below[imax], 0)
+    # the largest off-diagonal size in row (= column) imax of the trailing submatrix
+    rowmax = jnp.max(jnp.where((rows >= k) & (rows != imax), sym.size(work[imax]), -1))
+    no_swap = (absakk >= alpha * colmax) | (absakk >= alpha * colmax * (colmax / rowmax))
+    one_by_one = no_swap | (sym.diagonal_size(work[imax, imax]) >= alpha * rowmax)
+    singular = (jnp.maximum(absakk, colmax) == 0) | jnp.isnan(absakk)
+    kp = jnp.where(singular | no_swap, k, imax)
+    kstep = jnp.where(singular | one_by_one, 1, 2)
+    return kp, kstep, singular
+
+
+def _ldl_update(work, k, first, updated, columns, rows, sym):
+    """work with its trailing part from `first` on replaced by `updated` (made whole again) and
+    columns k.. of L below it by `columns`."""
+    after = rows >= first
+    work = jnp.where(after[:, None] & after[None, :], sym.whole(updated, rows), work)
+    for j, column in enumerate(columns):
+        work = work.at[:, k + j].set(jnp.where(after, column, work[:, k + j]))
+    return work
+
+
+def _ldl_one_by_one(work, k, rows, sym):
+    """Rank-1 update of work[k+1:, k+1:] by column k and d = work[k, k]."""
+    r = 1 / sym.diagonal(work[k, k])
+    x = work[:, k]
+    updated = work - x[:, None] * (r * sym.conj(x))[None, :]
+    return _ldl_update(work, k, k + 1, updated, [x * r], rows, sym)
+
+
+def _ldl_two_by_two(work, k, rows, sym):
+    """Rank-2 update of work[k+2:, k+2:] by columns k, k+1 and the 2x2 block D at (k, k)."""
+    col_k, col_k1 = work[:, k], work[:, k + 1]
+    if sym.hermitian:
+        d = jnp.abs(work[k + 1, k])
+        d11 = work[k + 1, k + 1].real / d
+        d22 = work[k, k].real / d
+        d21 = work[k + 1, k] / d
+        d = (1 / (d11 * d22 - 1)) / d
+        wk = d * (d11 * col_k - d21 * col_k1)
+        wkp1 = d * (d22 * col_k1 - jnp.conj(d21) * col_k)
+    else:
+        d21 = work[k + 1, k]
+        d11 = work[k + 1, k + 1] / d21
+        d22 = work[k, k] / d21
+        d21 = (1 / (d11 * d22 - 1)) / d21
+        wk = d21 * (d11 * col_k - col_k1)
+        wkp1 = d21 * (d22 * col_k1 - col_k)
+    updated = work - col_k[:, None] * sym.conj(wk)[None, :] - col_k1[:, None] * sym.conj(wkp1)[None, :]
+    return _ldl_update(work, k, k + 2, updated, [wk, wkp1], rows, sym)
+
+
 def _ldl_factor_lower(a, sym):
     """sytf2/hetf2 (lower) on one matrix, its lower triangle read: (LD, pivots, info)."""
     n = a.shape[-1]
     rows = jnp.arange(n)
     alpha = _bunch_kaufman_alpha(jnp.finfo(a.dtype).dtype)
 
-    def choose_pivot(work, k):
-        """(kp, kstep, singular): LAPACK's pivot tests on column k of the trailing submatrix."""
-        absakk = sym.diagonal_size(work[k, k])
-        below = jnp.where(rows > k, sym.size(work[:, k]), -1)
-        imax = jnp.argmax(below)
-        colmax = jnp.maximum(below[imax], 0)
-        # the largest off-diagonal size in row (= column) imax of the trailing submatrix
-        rowmax = jnp.max(jnp.where((rows >= k) & (rows != imax), sym.size(work[imax]), -1))
-        no_swap = (absakk >= alpha * colmax) | (absakk >= alpha * colmax * (colmax / rowmax))
-        one_by_one = no_swap | (sym.diagonal_size(work[imax, imax]) >= alpha * rowmax)
-        singular = (jnp.maximum(absakk, colmax) == 0) | jnp.isnan(absakk)
-        kp = jnp.where(singular | no_swap, k, imax)
-        kstep = jnp.where(singular | one_by_one, 1, 2)
-        return kp, kstep, singular
-
-    def update(work, k, first, updated, columns):
-        """work with its trailing part from `first` on replaced by `updated` (made whole again)
-        and columns k.. of L below it by `columns`."""
-        after = rows >= first
-        work = jnp.where(after[:, None] & after[None, :], sym.whole(updated, rows), work)
-        for j, column in enumerate(columns):
-            work = work.at[:, k + j].set(jnp.where(after, column, work[:, k + j]))
-        return work
-
-    def one_by_one(work, k):
-        """Rank-1 update of work[k+1:, k+1:] by column k and d = work[k, k]."""
-        r = 1 / sym.diagonal(work[k, k])
-        x = work[:, k]
-        updated = work - x[:, None] * (r * sym.conj(x))[None, :]
-        return update(work, k, k + 1, updated, [x * r])
-
-    def two_by_two(work, k):
-        """Rank-2 update of work[k+2:, k+2:] by columns k, k+1 and the 2x2 block D at (k, k)."""
-        col_k, col_k1 = work[:, k], work[:, k + 1]
-        if sym.hermitian:
-            d = jnp.abs(work[k + 1, k])
-            d11 = work[k + 1, k + 1].real / d
-            d22 = work[k, k].real / d
-            d21 = work[k + 1, k] / d
-            d = (1 / (d11 * d22 - 1)) / d
-            wk = d * (d11 * col_k - d21 * col_k1)
-            wkp1 = d * (d22 * col_k1 - jnp.conj(d21) * col_k)
-        else:
-            d21 = work[k + 1, k]
-            d11 = work[k + 1, k + 1] / d21
-            d22 = work[k, k] / d21
-            d21 = (1 / (d11 * d22 - 1)) / d21
-            wk = d21 * (d11 * col_k - col_k1)
-            wkp1 = d21 * (d22 * col_k1 - col_k)
-        updated = work - col_k[:, None] * sym.conj(wk)[None, :] - col_k1[:, None] * sym.conj(wkp1)[None, :]
-        return update(work, k, k + 2, updated, [wk, wkp1])
-
     def step(state):
         k, work, pivots, info = state
-        kp, kstep, singular = choose_pivot(work, k)
+        kp, kstep, singular = _ldl_choose_pivot(work, k, rows, sym, alpha)
         work = _swap_trailing(work, k, k + kstep - 1, kp, rows)
-        work = jnp.where(singular, work, jnp.where(kstep == 1, one_by_one(work, k),
-                                                   two_by_two(work, jnp.minimum(k, n - 2))))
+        work = jnp.where(singular, work, jnp.where(kstep == 1, _ldl_one_by_one(work, k, rows, sym),
+                                                   _ldl_two_by_two(work, jnp.minimum(k, n - 2), rows, sym)))
         code = jnp.where(kstep == 1, kp + 1, -(kp + 1)).astype(jnp.int32)
         pivots = jnp.where((rows == k) | ((rows == k + 1) & (kstep == 2)), code, pivots)
         info = jnp.where((info == 0) & singular, k + 1, info).astype(jnp.int32)
