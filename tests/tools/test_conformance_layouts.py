@@ -34,3 +34,16 @@ def test_a_layout_runs_in_its_own_process_and_reports(tmp_path, monkeypatch):
     assert {r["layout"] for r in records} == {"sparse_coo"}
     assert any(r["op"] == "neg" and r["status"] == "pass" for r in records)
     assert "| sparse_coo |" in (tmp_path / "layouts.md").read_text()
+
+
+def test_the_cli_takes_layouts_comma_separated_or_one_by_one():
+    import pytest
+
+    from torchneuron.conformance import cli
+    parse = cli._parser().parse_args
+    assert [n for names in parse(["--layouts", "sparse_coo,sparse_csr"]).layouts for n in names] == \
+        ["sparse_coo", "sparse_csr"]
+    assert [n for names in parse(["--layouts", "sparse_coo", "sparse_bsr"]).layouts for n in names] == \
+        ["sparse_coo", "sparse_bsr"]
+    with pytest.raises(SystemExit):
+        parse(["--layouts", "sparse_xyz"])

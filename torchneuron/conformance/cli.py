@@ -16,6 +16,15 @@ DEFAULT_DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32",
 GRADIENT_VARIANTS = ("backward", "forward_ad")
 
 
+def _layout_names(text: str) -> list[str]:
+    """`sparse_coo,sparse_csr` (or one name): the layouts, each checked."""
+    names = [n for n in text.split(",") if n]
+    unknown = [n for n in names if n not in layouts.LAYOUTS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown layout {', '.join(unknown)} (choose from {', '.join(layouts.LAYOUTS)})")
+    return names
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="torchneuron-conformance", description=__doc__)
     p.add_argument("--ops", nargs="*", default=["*"], help="OpInfo names or globs (name.variant for variants)")
@@ -28,9 +37,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="what to compare (default: all but errors); `--variants errors` for error parity alone")
     p.add_argument("--no-backward", action="store_true", help="skip gradient checks (reverse and forward mode)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--layouts", nargs="+", choices=sorted(layouts.LAYOUTS), metavar="LAYOUT",
-                   help="run PyTorch's sparse OpInfo samples of these layouts instead (sparse_coo sparse_csr ...; "
-                        "the report is layouts.md)")
+    p.add_argument("--layouts", nargs="+", type=_layout_names, metavar="LAYOUT",
+                   help="run PyTorch's sparse OpInfo samples of these layouts instead (sparse_coo,sparse_csr,... "
+                        f"of {','.join(layouts.LAYOUTS)}; the report is layouts.md)")
     p.add_argument("--from-records", type=Path, nargs="+", metavar="JSONL",
                    help="write the report from (partial) runs' records.jsonl instead of running; with "
                         "several files a later record replaces an earlier one of the same op and dtype")
@@ -151,7 +160,7 @@ def main(argv=None) -> None:
     args = _parser().parse_args(argv)
     argv = sys.argv[1:] if argv is None else argv
     if args.layouts:
-        records = layouts.run(args.layouts, args.dtypes if args.dtypes != list(DEFAULT_DTYPES) else ["float32"],
+        records = layouts.run([n for names in args.layouts for n in names], args.dtypes if args.dtypes != list(DEFAULT_DTYPES) else ["float32"],
                               min(args.max_samples, 3), args.out, args.timeout * 20)
         counts = {s: sum(r["status"] == s for r in records) for s in dict.fromkeys(r["status"] for r in records)}
         print(f"{len(records)} records by layout: {counts}; report in {args.out}/layouts.md")

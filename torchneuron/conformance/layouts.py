@@ -11,7 +11,7 @@ element-wise ops) is run on its dense samples with the input made sparse, as PyT
 tests do. Each layout runs in its own process, streaming its records, so a crash costs
 one layout's remaining ops (recorded as `crashed`).
 
-    torchneuron-conformance --layouts sparse_coo sparse_csr --out reports/layouts
+    torchneuron-conformance --layouts sparse_coo,sparse_csr --out reports/layouts
 """
 from __future__ import annotations
 
